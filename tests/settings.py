@@ -1,0 +1,60 @@
+"""Test settings: the demo project plus one database alias per server this machine runs.
+
+PostgreSQL and MariaDB are used when they answer (always when CI is set: then a missing
+server fails the run instead of skipping its tests).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from testproject.settings import *  # noqa: F403
+from testproject.settings import BASE_DIR
+
+CI = bool(os.environ.get("CI"))
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(BASE_DIR / "var" / "test-default.sqlite3"),
+        # A file, not Django's shared in-memory database: threads and extra connections
+        # then wait on SQLite's busy timeout instead of failing with "table is locked".
+        "TEST": {"NAME": str(BASE_DIR / "var" / "test-run.sqlite3")},
+        "OPTIONS": {"timeout": 20},
+    },
+}
+if CI or reachable("127.0.0.1", 5432):
+    DATABASES["postgres"] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "test",
+        "USER": "postgres",
+        "HOST": "127.0.0.1",
+        "PORT": "5432",
+        "TEST": {"NAME": "test_tslock"},
+    }
+if CI or reachable("127.0.0.1", 3306):
+    import pymysql
+
+    pymysql.install_as_MySQLdb()
+    DATABASES["mariadb"] = {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": "test",
+        "USER": "root",
+        "HOST": "127.0.0.1",
+        "PORT": "3306",
+        "OPTIONS": {"charset": "utf8mb4"},
+        "TEST": {"NAME": "test_tslock", "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+    }
+
+TSLOCK_PROVIDERS = {"default": {"BACKEND": "tslock_django.providers.database.DatabaseLockProvider"}}
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,74 @@
+"""tslock_django: named, time-bounded locks for Django management commands and jobs.
+
+ShedLock's semantics: a job whose lock is held elsewhere is skipped,
+``lock_at_most_for`` frees the lock of a holder that died, ``lock_at_least_for`` keeps
+it held for a minimum time against clock skew. Providers are configured in
+``TSLOCK_PROVIDERS``; see the README.
+
+Public names are imported lazily, so ``import tslock_django`` is cheap and never loads
+models or httpx.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .conf import providers
+    from .core.clock import ClockProvider, MutableClock, SystemClock
+    from .core.configuration import LockConfiguration
+    from .core.executor import HeldLock, LockingTaskExecutor, TaskResult, assert_locked, current_lock
+    from .core.provider import LockProvider, SimpleLock
+    from .core.records import LockRecord
+    from .decorators import locked_command
+    from .exceptions import (
+        InvalidLockProvider,
+        LockHeld,
+        LockProviderError,
+        LockRateLimited,
+        StaleLockHandle,
+        TslockError,
+    )
+    from .locking import lock
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "providers": ".conf",
+    "ClockProvider": ".core.clock",
+    "MutableClock": ".core.clock",
+    "SystemClock": ".core.clock",
+    "LockConfiguration": ".core.configuration",
+    "HeldLock": ".core.executor",
+    "LockingTaskExecutor": ".core.executor",
+    "TaskResult": ".core.executor",
+    "assert_locked": ".core.executor",
+    "current_lock": ".core.executor",
+    "LockProvider": ".core.provider",
+    "SimpleLock": ".core.provider",
+    "LockRecord": ".core.records",
+    "locked_command": ".decorators",
+    "InvalidLockProvider": ".exceptions",
+    "LockHeld": ".exceptions",
+    "LockProviderError": ".exceptions",
+    "LockRateLimited": ".exceptions",
+    "StaleLockHandle": ".exceptions",
+    "TslockError": ".exceptions",
+    "lock": ".locking",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tslock_django' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

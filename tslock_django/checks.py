@@ -1,0 +1,153 @@
+"""System checks (``manage.py check``), with stable ids. No network calls: the database
+table check runs only with ``check --database``.
+
+- tslock.E001: TSLOCK_PROVIDERS is malformed.
+- tslock.E002: a BACKEND cannot be imported or is not a LockProvider.
+- tslock.E003: a provider's OPTIONS are wrong (unknown key, missing key, bad value).
+- tslock.E004: no "default" provider.
+- tslock.E005: the Workers KV provider without acknowledge_advisory_lock=True.
+- tslock.E006: keep-alive on a store that cannot extend that often (KV, lock_at_most_for < 2 s).
+- tslock.E007: the database provider is configured but tslock_django's table is not
+  installed (app missing from INSTALLED_APPS, or, with --database, table missing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.core.checks import CheckMessage, Error, Tags, register
+
+from .conf import DATABASE_BACKEND, KV_BACKEND, SETTING, backend_class, provider_settings
+from .exceptions import InvalidLockProvider
+
+
+def _entries() -> tuple[dict[str, dict[str, Any]] | None, list[CheckMessage]]:
+    try:
+        return provider_settings(), []
+    except InvalidLockProvider as err:
+        return None, [Error(str(err), hint=f"See the README section on {SETTING}.", id="tslock.E001")]
+
+
+@register()
+def check_providers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every provider imports and accepts its OPTIONS; "default" exists."""
+    entries, errors = _entries()
+    if entries is None:
+        return errors
+    if "default" not in entries:
+        errors.append(
+            Error(
+                f"{SETTING} has no 'default' provider",
+                hint="lock() and @locked_command use 'default' unless told otherwise; add one, "
+                "e.g. 'default': {'BACKEND': 'tslock_django.providers.database.DatabaseLockProvider'}.",
+                id="tslock.E004",
+            )
+        )
+    for alias, entry in entries.items():
+        if entry["BACKEND"] == KV_BACKEND and entry["OPTIONS"].get("acknowledge_advisory_lock") not in (True, "true"):
+            errors.append(
+                Error(
+                    f"{SETTING}[{alias!r}] uses Workers KV without acknowledge_advisory_lock=True",
+                    hint="Workers KV cannot guarantee one holder: two runs can overlap. Set OPTIONS "
+                    "acknowledge_advisory_lock=True to accept that, or use the Durable Object provider.",
+                    id="tslock.E005",
+                )
+            )
+            continue
+        try:
+            cls = backend_class(alias, entry["BACKEND"])
+        except InvalidLockProvider as err:
+            errors.append(Error(str(err), id="tslock.E002"))
+            continue
+        try:
+            cls(alias, **entry["OPTIONS"])
+        except InvalidLockProvider as err:
+            errors.append(Error(str(err), id="tslock.E003"))
+        except (TypeError, ValueError) as err:
+            errors.append(Error(f"{SETTING}[{alias!r}]: {err}", id="tslock.E003"))
+    return errors
+
+
+@register()
+def check_database_app(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    entries, _ = _entries()
+    if not entries or not any(e["BACKEND"] == DATABASE_BACKEND for e in entries.values()):
+        return []
+    if not apps.is_installed("tslock_django"):
+        return [
+            Error(
+                "the database lock provider needs the tslock_lock table",
+                hint="Add 'tslock_django' to INSTALLED_APPS and run 'manage.py migrate'.",
+                id="tslock.E007",
+            )
+        ]
+    return []
+
+
+@register(Tags.database)
+def check_database_table(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """With ``check --database ALIAS``: the table exists on the databases it is used on."""
+    entries, _ = _entries()
+    if not entries or not databases:
+        return []
+    from django.db import connections
+
+    errors: list[CheckMessage] = []
+    for alias, entry in entries.items():
+        using = entry["OPTIONS"].get("using", "default")
+        if entry["BACKEND"] != DATABASE_BACKEND or using not in databases:
+            continue
+        if "tslock_lock" not in connections[using].introspection.table_names():
+            errors.append(
+                Error(
+                    f"{SETTING}[{alias!r}]: table tslock_lock does not exist in database {using!r}",
+                    hint=f"Run 'manage.py migrate tslock_django --database {using}'.",
+                    id="tslock.E007",
+                )
+            )
+    return errors
+
+
+@register()
+def check_keep_alive(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Decorated commands that ask for keep-alive on a store that cannot extend fast enough."""
+    entries, _ = _entries()
+    if not entries:
+        return []
+    from django.core.management import get_commands, load_command_class
+
+    errors: list[CheckMessage] = []
+    for command, app in get_commands().items():
+        if app.startswith("django.") or not isinstance(app, str):
+            continue
+        try:
+            cls = type(load_command_class(app, command))
+        except Exception:  # noqa: BLE001  a broken command is Django's to report, not ours
+            continue
+        if not getattr(cls, "tslock_keep_alive", False):
+            continue
+        entry = entries.get(cls.tslock_using)
+        if entry is None:
+            continue
+        floor = _keep_alive_floor(entry["BACKEND"])
+        if floor is not None and cls.tslock_lock_at_most_for < floor:
+            errors.append(
+                Error(
+                    f"command {command!r} uses keep-alive on provider {cls.tslock_using!r} with "
+                    f"lock_at_most_for={cls.tslock_lock_at_most_for}, under the {floor} that store needs",
+                    hint="Workers KV accepts one write per key per second: raise lock_at_most_for or "
+                    "turn keep_alive off.",
+                    id="tslock.E006",
+                )
+            )
+    return errors
+
+
+def _keep_alive_floor(backend: str) -> Any:
+    if backend != KV_BACKEND:
+        return None
+    try:
+        return getattr(backend_class("", backend), "min_keep_alive_at_most_for", None)
+    except InvalidLockProvider:
+        return None

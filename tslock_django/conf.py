@@ -1,0 +1,226 @@
+"""Settings: the ``providers`` handler over ``TSLOCK_PROVIDERS`` and the provider URL form.
+
+Settings are read lazily (on first use of an alias), never at import, and the cache is
+dropped on ``setting_changed`` so ``override_settings`` works in tests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from .exceptions import InvalidLockProvider
+
+if TYPE_CHECKING:
+    from .core.provider import LockProvider
+
+SETTING = "TSLOCK_PROVIDERS"
+
+DATABASE_BACKEND = "tslock_django.providers.database.DatabaseLockProvider"
+MEMORY_BACKEND = "tslock_django.providers.memory.MemoryLockProvider"
+DURABLE_OBJECT_BACKEND = "tslock_django.providers.cloudflare_do.DurableObjectLockProvider"
+KV_BACKEND = "tslock_django.providers.cloudflare_kv.KVLockProvider"
+
+#: What an unset TSLOCK_PROVIDERS means: the embedded default on DATABASES["default"].
+DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
+    "default": {"BACKEND": DATABASE_BACKEND, "OPTIONS": {"using": "default"}},
+}
+
+_ENTRY_KEYS = {"BACKEND", "OPTIONS"}
+
+
+def provider_settings() -> dict[str, dict[str, Any]]:
+    """``TSLOCK_PROVIDERS`` as validated dicts (the default when unset).
+
+    Raises:
+        InvalidLockProvider: the setting is not a dict of ``{"BACKEND", "OPTIONS"}`` dicts.
+    """
+    configured = getattr(settings, SETTING, None)
+    if configured is None:
+        return {alias: dict(entry) for alias, entry in DEFAULT_PROVIDERS.items()}
+    if not isinstance(configured, Mapping):
+        raise InvalidLockProvider(
+            f"{SETTING} must be a dict of alias -> {{'BACKEND': ..., 'OPTIONS': {{...}}}}, "
+            f"got {type(configured).__name__}"
+        )
+    result = {}
+    for alias, entry in configured.items():
+        where = f"{SETTING}[{alias!r}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidLockProvider(
+                f"{where} must be a dict with 'BACKEND' and optional 'OPTIONS', got {type(entry).__name__}"
+            )
+        extra = sorted(set(entry) - _ENTRY_KEYS)
+        if extra:
+            raise InvalidLockProvider(
+                f"{where} has unknown key(s) {', '.join(map(repr, extra))}; "
+                "an entry takes 'BACKEND' and 'OPTIONS' (provider settings go inside OPTIONS)"
+            )
+        backend = entry.get("BACKEND")
+        if not isinstance(backend, str) or not backend:
+            raise InvalidLockProvider(
+                f"{where} needs 'BACKEND', a dotted path such as {DATABASE_BACKEND!r}"
+            )
+        options = entry.get("OPTIONS", {})
+        if not isinstance(options, Mapping):
+            raise InvalidLockProvider(f"{where}['OPTIONS'] must be a dict, got {type(options).__name__}")
+        result[str(alias)] = {"BACKEND": backend, "OPTIONS": dict(options)}
+    return result
+
+
+def backend_class(alias: str, backend: str) -> type[LockProvider]:
+    """Import a BACKEND path and check it is a ``LockProvider``."""
+    from .core.provider import LockProvider
+
+    try:
+        cls = import_string(backend)
+    except ImportError as err:
+        raise InvalidLockProvider(
+            f"{SETTING}[{alias!r}]['BACKEND'] = {backend!r} could not be imported ({err}); "
+            f"use a dotted path to a LockProvider class, e.g. {DATABASE_BACKEND!r}"
+        ) from err
+    if not (isinstance(cls, type) and issubclass(cls, LockProvider)):
+        raise InvalidLockProvider(
+            f"{SETTING}[{alias!r}]['BACKEND'] = {backend!r} is not a LockProvider subclass"
+        )
+    return cls
+
+
+class ProviderHandler:
+    """``providers["alias"]`` -> the configured :class:`LockProvider`, built once.
+
+    Instances are shared by all threads (providers are thread-safe and keep their
+    connections per thread or in a pool); :meth:`reset` closes and forgets them.
+    """
+
+    def __init__(self) -> None:
+        self._instances: dict[str, LockProvider] = {}
+        self._mutex = threading.Lock()
+
+    def __getitem__(self, alias: str) -> LockProvider:
+        instance = self._instances.get(alias)
+        if instance is not None:
+            return instance
+        with self._mutex:
+            instance = self._instances.get(alias)
+            if instance is None:
+                instance = self.create(alias)
+                self._instances[alias] = instance
+            return instance
+
+    def __contains__(self, alias: object) -> bool:
+        return alias in provider_settings()
+
+    def aliases(self) -> list[str]:
+        """The configured aliases, in settings order."""
+        return list(provider_settings())
+
+    def create(self, alias: str) -> LockProvider:
+        """A new, uncached provider for ``alias``.
+
+        Raises:
+            InvalidLockProvider: unknown alias, bad BACKEND or bad OPTIONS.
+        """
+        configured = provider_settings()
+        if alias not in configured:
+            known = ", ".join(map(repr, configured)) or "(none)"
+            raise InvalidLockProvider(
+                f"no lock provider {alias!r} in {SETTING}; configured aliases: {known}"
+            )
+        entry = configured[alias]
+        cls = backend_class(alias, entry["BACKEND"])
+        return cls(alias, **entry["OPTIONS"])
+
+    def all(self) -> list[LockProvider]:
+        """Every configured provider (built on demand)."""
+        return [self[alias] for alias in self.aliases()]
+
+    def reset(self) -> None:
+        """Close and forget every built provider (settings changed)."""
+        with self._mutex:
+            instances, self._instances = self._instances, {}
+        for instance in instances.values():
+            instance.close()
+
+
+providers = ProviderHandler()
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in (SETTING, "DATABASES"):
+        providers.reset()
+
+
+def connect_signals() -> None:
+    from django.test.signals import setting_changed
+
+    setting_changed.connect(_on_setting_changed, dispatch_uid="tslock_django.conf.reset")
+
+
+# -- the URL form -------------------------------------------------------------------
+
+SCHEMES = ("db", "memory", "cloudflare-do", "cloudflare-do+http", "cloudflare-kv")
+
+
+def parse_provider_url(url: str) -> dict[str, Any]:
+    """Turn a provider URL into a ``TSLOCK_PROVIDERS`` entry.
+
+    Forms:
+        ``db://`` or ``db://<database alias>``: the database provider;
+        ``memory://``: the in-process provider (tests, single-process tools);
+        ``cloudflare-do://<token>@<host>[:port][/path]``: the Durable Object Worker over
+        https (``cloudflare-do+http://`` for a local runtime);
+        ``cloudflare-kv://<account_id>:<api_token>@<namespace_id>?acknowledge_advisory_lock=true``.
+
+    Query parameters become OPTIONS (``?key_prefix=jobs:&timeout=5``); the provider
+    validates them. Percent-encode reserved characters in tokens.
+
+    Raises:
+        InvalidLockProvider: an unknown scheme or a missing part. The message never
+            repeats the URL, which may hold a secret.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidLockProvider(
+            "a lock provider URL looks like 'db://default', 'memory://', "
+            "'cloudflare-do://TOKEN@HOST/' or 'cloudflare-kv://ACCOUNT:TOKEN@NAMESPACE?"
+            "acknowledge_advisory_lock=true'"
+        )
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    options: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if scheme == "db":
+        if parts.netloc and "@" in parts.netloc:
+            raise InvalidLockProvider("db:// takes a database alias (db://default), not credentials")
+        options.setdefault("using", unquote(parts.netloc) or "default")
+        return {"BACKEND": DATABASE_BACKEND, "OPTIONS": options}
+    if scheme == "memory":
+        return {"BACKEND": MEMORY_BACKEND, "OPTIONS": options}
+    if scheme in ("cloudflare-do", "cloudflare-do+http"):
+        if not parts.username or not parts.hostname:
+            raise InvalidLockProvider(
+                f"{scheme}:// needs the Worker's bearer token and host: {scheme}://TOKEN@HOST/"
+            )
+        http = "http" if scheme.endswith("+http") else "https"
+        host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        options.setdefault("url", f"{http}://{host}{parts.path.rstrip('/')}")
+        options.setdefault("token", unquote(parts.username))
+        return {"BACKEND": DURABLE_OBJECT_BACKEND, "OPTIONS": options}
+    if scheme == "cloudflare-kv":
+        if not parts.username or not parts.password or not parts.hostname:
+            raise InvalidLockProvider(
+                "cloudflare-kv:// needs the account id, API token and namespace id: "
+                "cloudflare-kv://ACCOUNT_ID:API_TOKEN@NAMESPACE_ID?acknowledge_advisory_lock=true"
+            )
+        options.setdefault("account_id", unquote(parts.username))
+        options.setdefault("api_token", unquote(parts.password))
+        # urlsplit lower-cases hostname; namespace ids are hex, but keep the original case.
+        options.setdefault("namespace_id", unquote(parts.netloc.rsplit("@", 1)[1]))
+        return {"BACKEND": KV_BACKEND, "OPTIONS": options}
+    raise InvalidLockProvider(
+        f"unknown lock provider URL scheme {scheme!r}; use one of {', '.join(s + '://' for s in SCHEMES)}"
+    )

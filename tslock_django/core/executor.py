@@ -1,0 +1,236 @@
+"""Running a task under a lock: ``HeldLock``, ``LockingTaskExecutor``, ``assert_locked``.
+
+The locks a thread (or asyncio task) holds are tracked in a context variable. That gives
+ShedLock's re-entrancy (a task that asks again for a lock its own caller holds runs
+without a second acquisition) and lets ``assert_locked()`` check that code runs under one.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Generic, TypeVar
+
+from ..exceptions import LockProviderError, TslockError
+from .configuration import LockConfiguration
+from .durations import DurationLike, parse_duration
+from .provider import Attempt, LockProvider, SimpleLock
+from .records import LockRecord
+
+logger = logging.getLogger("tslock_django")
+
+T = TypeVar("T")
+
+_held: contextvars.ContextVar[tuple[HeldLock, ...]] = contextvars.ContextVar("tslock_held", default=())
+
+
+@dataclass(frozen=True)
+class TaskResult(Generic[T]):
+    """What ``execute_with_lock`` did: ``executed`` is False when the lock was held
+    elsewhere (then ``result`` is None and ``holder`` may name who holds it)."""
+
+    executed: bool
+    result: T | None = None
+    holder: LockRecord | None = None
+
+
+class HeldLock:
+    """A lock held for the duration of a task; what ``lock()`` yields and what a
+    decorated command sees as ``self.lock``.
+
+    It follows the current ``SimpleLock`` across keep-alive extensions, so
+    ``fencing_token`` and ``record`` are always those of the live holding.
+
+    Attributes:
+        lost: a ``threading.Event`` set when keep-alive could not keep the lock; a long
+            task should check it before doing work that must not overlap.
+    """
+
+    def __init__(self, handle: SimpleLock, *, keep_alive: bool = False) -> None:
+        self._handle = handle
+        self._mutex = threading.Lock()
+        self.provider: LockProvider = handle.provider
+        self.lock_at_most_for = handle.lock_at_most_for
+        self.lock_at_least_for = handle.lock_at_least_for
+        self.lost = threading.Event()
+        self.released = False
+        self._keep_alive = None
+        if keep_alive:
+            from .keepalive import KeepAlive
+
+            self._keep_alive = KeepAlive(self)
+            self._keep_alive.start()
+
+    @property
+    def name(self) -> str:
+        return self._handle.name
+
+    @property
+    def handle(self) -> SimpleLock:
+        """The current single-use handle."""
+        return self._handle
+
+    @property
+    def record(self) -> LockRecord:
+        return self._handle.record
+
+    @property
+    def fencing_token(self) -> int | None:
+        """Pass this to downstream systems so they can reject a stale holder's writes."""
+        return self._handle.fencing_token
+
+    def extend_now(self) -> bool:
+        """Extend by ``lock_at_most_for`` from now, keeping what is left of the at-least
+        time; returns whether the store agreed (used by keep-alive)."""
+        with self._mutex:
+            if self.released:
+                return True
+            remaining = self._handle.lock_at_least_until - self.provider.clock.now()
+            at_least = min(max(remaining, timedelta(0)), self.lock_at_most_for)
+            successor = self._handle.extend(self.lock_at_most_for, at_least)
+            if successor is None:
+                return False
+            self._handle = successor
+            return True
+
+    def release(self) -> None:
+        """Stop keep-alive and unlock (honouring ``lock_at_least_for``). A store failure
+        here is logged, not raised: the task's outcome matters more, and the lock will
+        expire at ``lock_until`` anyway."""
+        if self._keep_alive is not None:
+            self._keep_alive.stop()
+        with self._mutex:
+            if self.released:
+                return
+            self.released = True
+            handle = self._handle
+        try:
+            handle.unlock()
+        except LockProviderError as err:
+            logger.error("could not release lock %r (it expires at %s): %s", self.name, handle.record.lock_until, err)
+
+    def __repr__(self) -> str:
+        return f"<HeldLock {self.name!r} on {self.provider.alias!r} fencing={self.fencing_token}>"
+
+
+def held_locks() -> tuple[HeldLock, ...]:
+    """The locks held by the current thread or task, outermost first."""
+    return _held.get()
+
+
+def current_lock(name: str | None = None) -> HeldLock | None:
+    """The innermost lock held here (or the one named ``name``), else ``None``."""
+    for held in reversed(_held.get()):
+        if name is None or held.name == name:
+            return held
+    return None
+
+
+def assert_locked(name: str | None = None) -> HeldLock:
+    """Raise unless the current thread or task runs inside a tslock lock.
+
+    Args:
+        name: require this particular lock.
+
+    Returns:
+        The innermost matching ``HeldLock``.
+
+    Raises:
+        TslockError: no (matching) lock is held here.
+    """
+    held = current_lock(name)
+    if held is None:
+        which = f"lock {name!r}" if name else "a tslock lock"
+        raise TslockError(f"this code must run while holding {which}, and none is held in this thread or task")
+    return held
+
+
+def push_held(held: HeldLock) -> contextvars.Token[tuple[HeldLock, ...]]:
+    return _held.set(_held.get() + (held,))
+
+
+def pop_held(token: contextvars.Token[tuple[HeldLock, ...]]) -> None:
+    _held.reset(token)
+
+
+def acquire(provider: LockProvider, config: LockConfiguration, *, wait: DurationLike = 0) -> Attempt:
+    """Try to acquire, polling for up to ``wait`` while the lock is held elsewhere.
+
+    Polls start at 50 ms and back off to 1 s with jitter, so a manual run that waits
+    does not hammer the store. Store failures are raised at once, never retried here.
+    """
+    budget = parse_duration(wait, field="wait").total_seconds()
+    deadline = time.monotonic() + budget
+    pause = 0.05
+    while True:
+        attempt = provider.attempt(config)
+        left = deadline - time.monotonic()
+        if attempt.held is not None or left <= 0:
+            return attempt
+        time.sleep(min(left, pause * random.uniform(0.8, 1.2)))
+        pause = min(pause * 2, 1.0)
+
+
+class LockingTaskExecutor:
+    """Runs tasks under a lock of one provider, ShedLock style.
+
+    Args:
+        provider: a ``LockProvider`` instance (e.g. ``providers["default"]``).
+    """
+
+    def __init__(self, provider: LockProvider) -> None:
+        self.provider = provider
+
+    def execute_with_lock(
+        self,
+        task: Callable[[], T],
+        config: LockConfiguration,
+        *,
+        keep_alive: bool = False,
+        wait: DurationLike = 0,
+    ) -> TaskResult[T]:
+        """Run ``task`` if the lock can be acquired, then release it.
+
+        Re-entrant: if this thread or task already holds ``config.name`` the task runs
+        at once under the existing lock.
+
+        Returns:
+            ``TaskResult(executed=True, result=...)`` or ``TaskResult(executed=False)``
+            when the lock is held elsewhere.
+
+        Raises:
+            LockProviderError: the store failed; the task did not run.
+            Whatever ``task`` raises (the lock is released first).
+        """
+        if current_lock(config.name) is not None:
+            return TaskResult(True, task())
+        check_keep_alive(self.provider, config, keep_alive)
+        attempt = acquire(self.provider, config, wait=wait)
+        if attempt.held is None:
+            return TaskResult(False, None, attempt.holder)
+        held = HeldLock(attempt.held, keep_alive=keep_alive)
+        token = push_held(held)
+        try:
+            return TaskResult(True, task())
+        finally:
+            pop_held(token)
+            held.release()
+
+
+def check_keep_alive(provider: LockProvider, config: LockConfiguration, keep_alive: bool) -> None:
+    """Refuse keep-alive where the store cannot extend often enough (Workers KV accepts
+    one write per key per second, so ``lock_at_most_for`` must leave room for that)."""
+    floor = getattr(provider, "min_keep_alive_at_most_for", None)
+    if keep_alive and floor is not None and config.lock_at_most_for < floor:
+        raise ValueError(
+            f"keep-alive on provider {provider.alias!r} needs lock_at_most_for of at least {floor} "
+            f"(got {config.lock_at_most_for} for lock {config.name!r}): the store accepts one write per "
+            "key per second; raise lock_at_most_for or turn keep_alive off"
+        )
+

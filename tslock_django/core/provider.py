@@ -1,0 +1,367 @@
+"""The provider base class and the lock handle.
+
+A provider implements four primitives (``_acquire``, ``_unlock``, ``_extend``,
+``_force_unlock``) plus ``list_locks``; the base class turns them into the public
+contract: validation, signals, single-use handles and the rule that a store failure is
+a :class:`~tslock_django.exceptions.LockProviderError`, never ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, Literal
+
+from .. import signals
+from ..exceptions import InvalidLockProvider, StaleLockHandle
+from .clock import ClockProvider, SystemClock
+from .configuration import LockConfiguration
+from .durations import DurationLike, parse_duration
+from .records import LockRecord
+
+Guarantee = Literal["strong", "advisory"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+#: Marks an option that has no default and must be given.
+REQUIRED: Any = object()
+
+
+def default_locked_by() -> str:
+    """``host:pid``: enough for an operator to find the process that holds a lock."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class SimpleLock:
+    """A held lock. Single-use: after ``unlock()`` or a successful ``extend()`` this
+    handle raises :class:`~tslock_django.exceptions.StaleLockHandle`.
+
+    Attributes:
+        record: the :class:`LockRecord` this handle holds (with its token).
+        lock_at_least_until: the earliest moment ``unlock()`` can free the lock.
+        provider: the provider that granted it.
+    """
+
+    def __init__(
+        self,
+        provider: LockProvider,
+        record: LockRecord,
+        *,
+        lock_at_most_for: timedelta,
+        lock_at_least_for: timedelta,
+        lock_at_least_until: datetime,
+    ) -> None:
+        self.provider = provider
+        self.record = record
+        self.lock_at_most_for = lock_at_most_for
+        self.lock_at_least_for = lock_at_least_for
+        self.lock_at_least_until = lock_at_least_until
+        self._spent: str | None = None
+        self._mutex = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The store's per-name acquisition counter (``None`` on Workers KV)."""
+        return self.record.fencing_token
+
+    @property
+    def token(self) -> str:
+        return self.record.token
+
+    def _spend(self, how: str) -> None:
+        with self._mutex:
+            if self._spent:
+                raise StaleLockHandle(
+                    f"this handle for lock {self.name!r} was already used by {self._spent}(); "
+                    "use the handle that extend() returned"
+                )
+            self._spent = how
+
+    def unlock(self) -> bool:
+        """Release the lock, keeping it held until ``lock_at_least_until`` if that is later.
+
+        Returns:
+            ``True`` if the lock was still ours and is now released; ``False`` if it had
+            already expired or changed hands (nothing was changed then).
+
+        Raises:
+            StaleLockHandle: the handle was already unlocked or extended.
+            LockProviderError: the store failed; the lock then expires at ``lock_until``.
+        """
+        self._spend("unlock")
+        released = self.provider._unlock(self)
+        signals.lock_released.send(
+            sender=type(self.provider),
+            alias=self.provider.alias,
+            name=self.name,
+            record=self.record,
+            released=released,
+            lock_at_most_for=self.lock_at_most_for,
+            lock_at_least_for=self.lock_at_least_for,
+        )
+        return released
+
+    def extend(
+        self, lock_at_most_for: DurationLike, lock_at_least_for: DurationLike = 0
+    ) -> SimpleLock | None:
+        """Hold the lock for ``lock_at_most_for`` from now (store time).
+
+        Returns:
+            A new handle (this one becomes unusable), or ``None`` if the lock is no
+            longer ours (expired or taken); this handle then stays usable for ``unlock``.
+
+        Raises:
+            ValueError: bad durations.
+            StaleLockHandle: the handle was already unlocked or extended.
+            LockProviderError: the store failed.
+        """
+        config = LockConfiguration(self.name, lock_at_most_for, lock_at_least_for)
+        with self._mutex:
+            if self._spent:
+                raise StaleLockHandle(
+                    f"this handle for lock {self.name!r} was already used by {self._spent}(); "
+                    "use the handle that extend() returned"
+                )
+            successor = self.provider._extend(self, config)
+            if successor is not None:
+                self._spent = "extend"
+        if successor is not None:
+            signals.lock_extended.send(
+                sender=type(self.provider),
+                alias=self.provider.alias,
+                name=self.name,
+                record=successor.record,
+                lock_at_most_for=config.lock_at_most_for,
+                lock_at_least_for=config.lock_at_least_for,
+            )
+        return successor
+
+    def __repr__(self) -> str:
+        state = f" spent by {self._spent}()" if self._spent else ""
+        return (
+            f"<SimpleLock {self.name!r} on {self.provider.alias!r} until "
+            f"{self.record.lock_until.isoformat()} fencing={self.fencing_token}{state}>"
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The outcome of one acquire: ``held`` when acquired, else ``holder`` (if known)."""
+
+    held: SimpleLock | None
+    holder: LockRecord | None
+
+
+class LockProvider(ABC):
+    """Base class of every lock store.
+
+    Subclasses declare their OPTIONS in ``default_options`` (use ``REQUIRED`` for
+    options without a default) and list option names that hold secrets in
+    ``secret_options`` so that no repr or message shows them. They implement
+    ``_acquire``, ``_unlock``, ``_extend``, ``_force_unlock`` and ``list_locks``.
+
+    Args:
+        alias: the key in ``TSLOCK_PROVIDERS`` (used in messages and signals).
+        clock: where caller-side time comes from (tests pass a ``MutableClock``).
+        **options: the provider's OPTIONS.
+
+    Raises:
+        InvalidLockProvider: an unknown or missing option, or a bad option value.
+    """
+
+    guarantee: ClassVar[Guarantee] = "strong"
+    default_options: ClassVar[Mapping[str, Any]] = {}
+    secret_options: ClassVar[frozenset[str]] = frozenset()
+    #: Longest storage key in UTF-8 bytes (the key prefix included).
+    max_key_bytes: ClassVar[int] = 255
+
+    def __init__(self, alias: str = "default", *, clock: ClockProvider | None = None, **options: Any) -> None:
+        self.alias = alias
+        self.clock: ClockProvider = clock or SystemClock()
+        self.options = self._resolve_options(options)
+        self.locked_by = default_locked_by()
+
+    # -- options -----------------------------------------------------------------
+
+    def _resolve_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        known = self.default_options
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise InvalidLockProvider(
+                f"TSLOCK_PROVIDERS[{self.alias!r}]: unknown OPTIONS key(s) {', '.join(map(repr, unknown))} "
+                f"for {type(self).__name__}; valid keys are {', '.join(sorted(known)) or '(none)'}"
+            )
+        resolved = {**known, **{k: self._coerce(k, v, known[k]) for k, v in given.items()}}
+        missing = sorted(k for k, v in resolved.items() if v is REQUIRED)
+        if missing:
+            raise InvalidLockProvider(
+                f"TSLOCK_PROVIDERS[{self.alias!r}]: {type(self).__name__} needs OPTIONS "
+                f"{', '.join(map(repr, missing))}"
+            )
+        return resolved
+
+    def _coerce(self, key: str, value: Any, default: Any) -> Any:
+        # Options from a URL query string arrive as text; read them as the type of the
+        # default so "?confirm_write=false" means False, not the truthy string "false".
+        if not isinstance(value, str) or default is REQUIRED or isinstance(default, str) or default is None:
+            return value
+        if isinstance(default, bool):
+            lowered = value.strip().lower()
+            if lowered in _TRUE or lowered in _FALSE:
+                return lowered in _TRUE
+            raise self.option_error(key, f"must be true or false, got {value!r}")
+        if isinstance(default, (int, float)):
+            try:
+                return type(default)(value)
+            except ValueError:
+                raise self.option_error(key, f"must be a number, got {value!r}") from None
+        return value
+
+    def option_error(self, key: str, problem: str) -> InvalidLockProvider:
+        """An ``InvalidLockProvider`` for one option, for use in subclasses' validation."""
+        return InvalidLockProvider(
+            f"TSLOCK_PROVIDERS[{self.alias!r}] OPTIONS[{key!r}] {problem}"
+        )
+
+    # -- the public contract --------------------------------------------------------
+
+    def key_for(self, name: str) -> str:
+        """The storage key of a lock name (providers with a key prefix override this)."""
+        return name
+
+    def validate_name(self, name: str) -> None:
+        """Raise ``ValueError`` if the storage key of ``name`` is over this store's limit."""
+        size = len(self.key_for(name).encode("utf-8"))
+        if size > self.max_key_bytes:
+            raise ValueError(
+                f"lock name {name[:40]!r}... is too long for provider {self.alias!r}: its storage "
+                f"key is {size} UTF-8 bytes and the limit is {self.max_key_bytes}; use a shorter name"
+            )
+
+    def lock(self, config: LockConfiguration) -> SimpleLock | None:
+        """Try once to acquire the lock described by ``config``.
+
+        Returns:
+            A :class:`SimpleLock` when acquired; ``None`` when someone else holds it.
+
+        Raises:
+            ValueError: the name does not fit this store.
+            LockProviderError: the store failed (never reported as ``None``).
+        """
+        return self.attempt(config).held
+
+    def attempt(self, config: LockConfiguration) -> Attempt:
+        """Like :meth:`lock`, but also returns the holder's record when the store
+        reported it, so a skip can say who holds the lock without another round trip."""
+        self.validate_name(config.name)
+        sender = type(self)
+        common = {
+            "alias": self.alias,
+            "name": config.name,
+            "lock_at_most_for": config.lock_at_most_for,
+            "lock_at_least_for": config.lock_at_least_for,
+        }
+        signals.lock_attempted.send(sender=sender, record=None, **common)
+        outcome = self._acquire(config)
+        if isinstance(outcome, SimpleLock):
+            signals.lock_acquired.send(sender=sender, record=outcome.record, **common)
+            return Attempt(outcome, None)
+        signals.lock_skipped.send(sender=sender, record=outcome, **common)
+        return Attempt(None, outcome)
+
+    def force_unlock(self, name: str, *, expected: int | str | None) -> bool:
+        """Release ``name`` whoever holds it: the operator's escape hatch.
+
+        Args:
+            name: the lock name.
+            expected: the holding the operator saw: a fencing token (``int``) or a token
+                (``str``). The release happens only if the lock is still that holding;
+                ``None`` releases unconditionally.
+
+        Returns:
+            ``True`` if a held lock was released; ``False`` if nothing matched.
+
+        Raises:
+            LockProviderError: the store failed.
+        """
+        self.validate_name(name)
+        if expected is not None and not isinstance(expected, (int, str)) or isinstance(expected, bool):
+            raise ValueError(
+                f"expected must be a fencing token (int), a token (str) or None, got {expected!r}"
+            )
+        released = self._force_unlock(name, expected)
+        signals.lock_force_released.send(
+            sender=type(self), alias=self.alias, name=name, record=None, released=released, expected=expected
+        )
+        return released
+
+    @abstractmethod
+    def list_locks(self, prefix: str = "") -> list[LockRecord]:
+        """Every record this store has whose name starts with ``prefix``, without tokens
+        (``token`` is empty; ``token_fingerprint`` identifies the holding).
+
+        Raises:
+            LockProviderError: the store failed.
+        """
+
+    def close(self) -> None:
+        """Free connections or clients; the provider may be used again afterwards."""
+
+    # -- for subclasses ------------------------------------------------------------
+
+    @abstractmethod
+    def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+        """Acquire and return the handle; when held, return the holder's record if the
+        store reported it, else ``None``; raise ``LockProviderError`` on failure."""
+
+    @abstractmethod
+    def _unlock(self, held: SimpleLock) -> bool:
+        """Release ``held`` if its token still owns the lock, honouring
+        ``held.lock_at_least_until``; return whether it did."""
+
+    @abstractmethod
+    def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+        """Extend ``held`` if its token still owns an unexpired lock; return the new handle."""
+
+    @abstractmethod
+    def _force_unlock(self, name: str, expected: int | str | None) -> bool:
+        """Release ``name`` if it matches ``expected`` (see ``force_unlock``)."""
+
+    def handle(
+        self,
+        record: LockRecord,
+        config: LockConfiguration,
+        lock_at_least_until: datetime | None = None,
+    ) -> SimpleLock:
+        """Build the handle for a record this provider just acquired or extended.
+        ``lock_at_least_until`` defaults to ``record.locked_at + lock_at_least_for``."""
+        if lock_at_least_until is None:
+            lock_at_least_until = record.locked_at + config.lock_at_least_for
+        return SimpleLock(
+            self,
+            record,
+            lock_at_most_for=config.lock_at_most_for,
+            lock_at_least_for=config.lock_at_least_for,
+            lock_at_least_until=lock_at_least_until,
+        )
+
+    def __repr__(self) -> str:
+        shown = {
+            k: ("***" if k in self.secret_options and v else v) for k, v in sorted(self.options.items())
+        }
+        return f"<{type(self).__name__} {self.alias!r} {shown}>"
+
+
+def coerce_duration(value: DurationLike, field: str) -> timedelta:
+    """``parse_duration`` for option values (kept here so providers import one module)."""
+    return parse_duration(value, field=field)

@@ -1,0 +1,60 @@
+"""``LockRecord``: one lock as a store reports it."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+LockState = Literal["held", "held_for_at_least", "expired"]
+
+
+@dataclass(frozen=True)
+class LockRecord:
+    """A lock's state in one store.
+
+    Attributes:
+        name: the lock name as the caller gave it (without any key prefix).
+        lock_until: when the lock stops being held (aware UTC).
+        locked_at: when the current (or last) holder acquired it (aware UTC).
+        locked_by: who acquired it (host and process by default); informative, not an
+            ownership check.
+        token: the holder's secret ownership id. Empty when the store does not reveal it
+            (listings) or the lock was released. Never shown in a repr.
+        fencing_token: a per-name number that grows with every acquisition, or ``None``
+            for stores that cannot provide one (Workers KV).
+        provider: the alias of the provider that reported the record.
+        released: the holder released it and it is kept only for ``lock_at_least_for``.
+        token_fingerprint: a short non-secret digest of the token, for display.
+    """
+
+    name: str
+    lock_until: datetime
+    locked_at: datetime
+    locked_by: str
+    token: str = field(default="", repr=False)
+    fencing_token: int | None = None
+    provider: str = ""
+    released: bool = False
+    token_fingerprint: str = ""
+
+    def __post_init__(self) -> None:
+        if self.token and not self.token_fingerprint:
+            object.__setattr__(self, "token_fingerprint", fingerprint(self.token))
+
+    def is_held(self, now: datetime) -> bool:
+        """Whether the lock is still held at ``now`` (released-but-at-least counts)."""
+        return self.lock_until > now
+
+    def state(self, now: datetime) -> LockState:
+        """``"held"``, ``"held_for_at_least"`` (released, kept until lock_until) or ``"expired"``."""
+        if self.lock_until <= now:
+            return "expired"
+        return "held_for_at_least" if self.released else "held"
+
+
+def fingerprint(token: str) -> str:
+    """The first 8 hex digits of the token's SHA-256: enough to tell holders apart on a
+    page, useless for taking the lock over."""
+    return hashlib.sha256(token.encode()).hexdigest()[:8]

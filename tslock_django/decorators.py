@@ -1,0 +1,151 @@
+"""``locked_command``: run a management command only while holding its lock.
+
+Exit statuses: 0 when the command ran or was skipped because the lock is held;
+1 when the store failed (the command did not run: fail closed) or the command failed;
+75 (EX_TEMPFAIL, "try again later") when the lock is held and ``on_locked="fail"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from .core.configuration import LockConfiguration
+from .core.durations import DurationLike, parse_duration
+from .core.executor import HeldLock, acquire, check_keep_alive, current_lock, pop_held, push_held
+from .exceptions import InvalidLockProvider, LockProviderError, describe_holder
+
+C = TypeVar("C", bound=type[BaseCommand])
+
+#: EX_TEMPFAIL from sysexits.h: the job can be retried later.
+EXIT_LOCKED = 75
+
+NameSpec = str | Callable[[Mapping[str, Any]], str] | None
+
+
+def locked_command(
+    lock_at_most_for: DurationLike,
+    lock_at_least_for: DurationLike = 0,
+    *,
+    name: NameSpec = None,
+    using: str = "default",
+    on_locked: Literal["skip", "fail"] = "skip",
+    keep_alive: bool = False,
+    max_wait: DurationLike = "1h",
+) -> Callable[[C], C]:
+    """Class decorator for a ``BaseCommand``: ``handle`` runs only under the lock.
+
+    Args:
+        lock_at_most_for: the safety net for a holder that dies (duration grammar).
+        lock_at_least_for: minimum hold time, also after the command finishes early.
+        name: the lock name: the command's name by default; a format string over the
+            parsed options (``"import-{source}"``) or a callable taking the options.
+        using: the provider alias.
+        on_locked: ``"skip"`` (one line on stderr, exit 0) or ``"fail"``
+            (``CommandError``, exit 75).
+        keep_alive: extend the lock every ``lock_at_most_for / 2`` while ``handle`` runs.
+        max_wait: the largest ``--lock-wait`` accepted, so a manual run cannot wait forever.
+
+    The command gains ``--lock-provider``, ``--lock-at-most-for``, ``--lock-at-least-for``
+    and ``--lock-wait``. While ``handle`` runs, ``self.lock`` is the :class:`HeldLock`
+    (for its ``fencing_token``).
+
+    Raises:
+        ValueError: bad durations or ``on_locked`` (when decorating).
+    """
+    if on_locked not in ("skip", "fail"):
+        raise ValueError(f"on_locked must be 'skip' or 'fail', got {on_locked!r}")
+    # Validate the durations now, so a typo fails at import, not at 3 a.m.
+    LockConfiguration("probe", lock_at_most_for, lock_at_least_for)
+    wait_cap = parse_duration(max_wait, field="max_wait")
+
+    def decorate(cls: C) -> C:
+        if not (isinstance(cls, type) and issubclass(cls, BaseCommand)):
+            raise TypeError(f"@locked_command decorates a BaseCommand subclass, not {cls!r}")
+        command_name = cls.__module__.rsplit(".", 1)[-1]
+        original_add_arguments = cls.add_arguments
+        original_handle = cls.handle
+
+        def add_arguments(self: BaseCommand, parser: CommandParser) -> None:
+            original_add_arguments(self, parser)
+            group = parser.add_argument_group("locking (tslock)")
+            group.add_argument("--lock-provider", default=using, help=f"provider alias (default {using!r})")
+            group.add_argument("--lock-at-most-for", default=None, help="override lock_at_most_for, e.g. 30m")
+            group.add_argument("--lock-at-least-for", default=None, help="override lock_at_least_for, e.g. 1m")
+            group.add_argument(
+                "--lock-wait",
+                default="0",
+                help=f"keep trying this long while the lock is held (at most {wait_cap}); default: once",
+            )
+
+        def handle(self: BaseCommand, *args: Any, **options: Any) -> Any:
+            config, alias, wait = _resolve(self, options)
+            if current_lock(config.name) is not None:
+                return original_handle(self, *args, **options)
+            from .conf import providers
+
+            try:
+                provider = providers[alias]
+                check_keep_alive(provider, config, keep_alive)
+                attempt = acquire(provider, config, wait=wait)
+            except (LockProviderError, InvalidLockProvider) as err:
+                raise CommandError(f"{err}; {command_name} did not run (failing closed)") from err
+            except ValueError as err:
+                raise CommandError(str(err)) from err
+            if attempt.held is None:
+                line = f"{describe_holder(config.name, attempt.holder)}; {command_name} did not run"
+                if on_locked == "fail":
+                    raise CommandError(line, returncode=EXIT_LOCKED)
+                self.stderr.write(f"skipped: {line}")
+                return None
+            held = HeldLock(attempt.held, keep_alive=keep_alive)
+            token = push_held(held)
+            self.lock = held  # type: ignore[attr-defined]
+            try:
+                return original_handle(self, *args, **options)
+            finally:
+                self.lock = None  # type: ignore[attr-defined]
+                pop_held(token)
+                held.release()
+
+        def _resolve(self: BaseCommand, options: dict[str, Any]) -> tuple[LockConfiguration, str, Any]:
+            try:
+                lock_name = _lock_name(name, command_name, options)
+                at_most = options.get("lock_at_most_for") or lock_at_most_for
+                at_least = options.get("lock_at_least_for") or lock_at_least_for
+                config = LockConfiguration(lock_name, at_most, at_least)
+                wait = parse_duration(options.get("lock_wait") or 0, field="--lock-wait")
+            except ValueError as err:
+                raise CommandError(str(err)) from err
+            if wait > wait_cap:
+                raise CommandError(f"--lock-wait {wait} is longer than this command allows ({wait_cap})")
+            return config, options.get("lock_provider") or using, wait
+
+        cls.add_arguments = add_arguments  # type: ignore[method-assign]
+        cls.handle = handle  # type: ignore[method-assign]
+        cls.tslock_lock_at_most_for = parse_duration(lock_at_most_for, field="lock_at_most_for")  # type: ignore[attr-defined]
+        cls.tslock_using = using  # type: ignore[attr-defined]
+        cls.tslock_keep_alive = keep_alive  # type: ignore[attr-defined]
+        return cls
+
+    return decorate
+
+
+def _lock_name(spec: NameSpec, command_name: str, options: Mapping[str, Any]) -> str:
+    if spec is None:
+        return command_name
+    if callable(spec):
+        result = spec(options)
+    else:
+        try:
+            result = spec.format(**options)
+        except (KeyError, IndexError) as err:
+            raise ValueError(
+                f"lock name template {spec!r} refers to {err} which is not an option of this command; "
+                f"options are {', '.join(sorted(options))}"
+            ) from None
+    if not isinstance(result, str):
+        raise ValueError(f"the lock name callable must return a string, got {result!r}")
+    return result

@@ -1,0 +1,33 @@
+"""django-environ integration: ``Env().lock_provider_url("TSLOCK_URL")``.
+
+Kept apart from ``conf`` so that importing tslock_django does not import environ.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import environ
+
+from .conf import parse_provider_url
+from .exceptions import InvalidLockProvider
+
+
+class Env(environ.Env):
+    """``environ.Env`` with a reader for lock provider URLs."""
+
+    def lock_provider_url(self, var: str = "TSLOCK_URL", default: Any = environ.Env.NOTSET) -> dict[str, Any]:
+        """The ``TSLOCK_PROVIDERS`` entry described by the URL in ``var``.
+
+        ``TSLOCK_PROVIDERS = {"default": env.lock_provider_url("TSLOCK_URL", default="db://default")}``
+
+        Raises:
+            ImproperlyConfigured: the variable is unset and has no default.
+            InvalidLockProvider: the URL is not a valid provider URL (the message names
+                the variable, never the URL, which may hold a token).
+        """
+        value = self.str(var, default=default)
+        try:
+            return parse_provider_url(value)
+        except InvalidLockProvider as err:
+            raise InvalidLockProvider(f"environment variable {var}: {err}") from None

@@ -1,0 +1,87 @@
+"""What the HTTP providers share: one pooled httpx client per provider and the rule
+that every transport failure becomes a ``LockProviderError`` that names the store and
+the cause but never the credentials.
+
+httpx is imported here and only here, so ``import tslock_django`` stays free of it
+until a Cloudflare provider is configured.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from ..exceptions import LockProviderError, LockRateLimited
+
+
+def make_client(
+    *,
+    base_url: str,
+    headers: dict[str, str],
+    timeout: float,
+    transport: httpx.BaseTransport | None = None,
+) -> httpx.Client:
+    """A keep-alive client. Credentials go in ``headers`` only, never in the URL, so
+    httpx's own error messages (which quote the URL) cannot leak them."""
+    return httpx.Client(
+        base_url=base_url,
+        headers=headers,
+        timeout=httpx.Timeout(timeout),
+        transport=transport,
+        follow_redirects=False,
+    )
+
+
+@contextmanager
+def transport_errors(alias: str, what: str) -> Iterator[None]:
+    """Turn httpx failures inside the block into ``LockProviderError``.
+
+    ``what`` says which operation failed ("acquire 'job'"); the message keeps the
+    exception's class name, which says enough (timeout, refused, reset) without
+    repeating request details.
+    """
+    try:
+        yield
+    except httpx.TimeoutException as err:
+        raise LockProviderError(f"{what}: the store did not answer in time ({type(err).__name__})", alias=alias) from err
+    except httpx.HTTPError as err:
+        raise LockProviderError(f"{what}: could not reach the store ({type(err).__name__}: {_safe(err)})", alias=alias) from err
+
+
+def _safe(err: Exception) -> str:
+    # httpx messages may include the request URL; our URLs carry no secrets (tokens
+    # travel in headers), but cap the length so a proxy's HTML does not flood logs.
+    text = str(err)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def error_for_status(alias: str, what: str, response: httpx.Response, detail: str = "") -> LockProviderError:
+    """The ``LockProviderError`` (``LockRateLimited`` for 429) for an unexpected answer."""
+    cls = LockRateLimited if response.status_code == 429 else LockProviderError
+    hint = {
+        401: "the store refused the credentials; check the token",
+        403: "the token lacks permission for this resource",
+        429: "rate limited by the store; retry later",
+    }.get(response.status_code, "")
+    parts = [f"{what}: HTTP {response.status_code}"]
+    if detail:
+        parts.append(detail[:300])
+    if hint:
+        parts.append(hint)
+    return cls("; ".join(parts), alias=alias, status_code=response.status_code)
+
+
+def json_body(alias: str, what: str, response: httpx.Response) -> Any:
+    """The parsed JSON body, or ``LockProviderError`` if it is not JSON."""
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise LockProviderError(
+            f"{what}: HTTP {response.status_code} with a body that is not JSON",
+            alias=alias,
+            status_code=response.status_code,
+        ) from err

@@ -13,6 +13,8 @@ from pathlib import Path
 from tslock_django.env import Env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# SQLite files of the demo and the tests live here (git-ignored).
+(BASE_DIR / "var").mkdir(exist_ok=True)
 env = Env()
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)

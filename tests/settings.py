@@ -13,6 +13,9 @@ from testproject.settings import *  # noqa: F403
 from testproject.settings import BASE_DIR
 
 CI = bool(os.environ.get("CI"))
+# One set of test databases per test run, so parallel runs on one machine (several
+# checkouts, a benchmark beside the tests) never drop each other's tables.
+RUN = f"tslock_{os.getpid()}"
 
 
 def reachable(host: str, port: int) -> bool:
@@ -29,7 +32,7 @@ DATABASES = {
         "NAME": str(BASE_DIR / "var" / "test-default.sqlite3"),
         # A file, not Django's shared in-memory database: threads and extra connections
         # then wait on SQLite's busy timeout instead of failing with "table is locked".
-        "TEST": {"NAME": str(BASE_DIR / "var" / "test-run.sqlite3")},
+        "TEST": {"NAME": str(BASE_DIR / "var" / f"{RUN}.sqlite3")},
         "OPTIONS": {"timeout": 20},
     },
 }
@@ -40,7 +43,7 @@ if CI or reachable("127.0.0.1", 5432):
         "USER": "postgres",
         "HOST": "127.0.0.1",
         "PORT": "5432",
-        "TEST": {"NAME": "test_tslock"},
+        "TEST": {"NAME": f"test_{RUN}"},
     }
 if CI or reachable("127.0.0.1", 3306):
     import pymysql
@@ -53,8 +56,10 @@ if CI or reachable("127.0.0.1", 3306):
         "HOST": "127.0.0.1",
         "PORT": "3306",
         "OPTIONS": {"charset": "utf8mb4"},
-        "TEST": {"NAME": "test_tslock", "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+        "TEST": {"NAME": f"test_{RUN}", "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
     }
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.lockapp"]  # noqa: F405
 
 TSLOCK_PROVIDERS = {"default": {"BACKEND": "tslock_django.providers.database.DatabaseLockProvider"}}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

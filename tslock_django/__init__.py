@@ -15,7 +15,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .conf import providers
+    from . import providers
     from .core.clock import ClockProvider, MutableClock, SystemClock
     from .core.configuration import LockConfiguration
     from .core.executor import HeldLock, LockingTaskExecutor, TaskResult, assert_locked, current_lock
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "providers": ".conf",
+    "providers": ".providers",
     "ClockProvider": ".core.clock",
     "MutableClock": ".core.clock",
     "SystemClock": ".core.clock",
@@ -58,14 +58,38 @@ _EXPORTS = {
     "lock": ".locking",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ClockProvider",
+    "HeldLock",
+    "InvalidLockProvider",
+    "LockConfiguration",
+    "LockHeld",
+    "LockProvider",
+    "LockProviderError",
+    "LockRateLimited",
+    "LockRecord",
+    "LockingTaskExecutor",
+    "MutableClock",
+    "SimpleLock",
+    "StaleLockHandle",
+    "SystemClock",
+    "TaskResult",
+    "TslockError",
+    "assert_locked",
+    "current_lock",
+    "lock",
+    "locked_command",
+    "providers",
+]
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tslock_django' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
+    imported = import_module(module, __name__)
+    # "providers" is the package itself (see providers/__init__.py).
+    value = imported if name == "providers" else getattr(imported, name)
     globals()[name] = value
     return value
 

@@ -7,7 +7,9 @@ class TslockConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
-        from . import conf
+        from . import (
+            checks,  # noqa: F401  (registers the system checks)
+            conf,
+        )
 
         conf.connect_signals()

@@ -19,6 +19,7 @@ from django.apps import apps
 from django.core.checks import CheckMessage, Error, Tags, register
 
 from .conf import DATABASE_BACKEND, KV_BACKEND, SETTING, backend_class, provider_settings
+from .core.provider import TRUE_WORDS
 from .exceptions import InvalidLockProvider
 
 
@@ -45,7 +46,10 @@ def check_providers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             )
         )
     for alias, entry in entries.items():
-        if entry["BACKEND"] == KV_BACKEND and entry["OPTIONS"].get("acknowledge_advisory_lock") not in (True, "true"):
+        if entry["BACKEND"] == KV_BACKEND and entry["OPTIONS"].get("acknowledge_advisory_lock") not in (
+            True,
+            "true",
+        ):
             errors.append(
                 Error(
                     f"{SETTING}[{alias!r}] uses Workers KV without acknowledge_advisory_lock=True",
@@ -98,11 +102,22 @@ def check_database_table(app_configs: Any = None, databases: Any = None, **kwarg
         using = entry["OPTIONS"].get("using", "default")
         if entry["BACKEND"] != DATABASE_BACKEND or using not in databases:
             continue
-        if "tslock_lock" not in connections[using].introspection.table_names():
+        connection = connections[using]
+        if "tslock_lock" in connection.introspection.table_names():
+            continue
+        # Before the first migrate the table is simply not there yet; Django's own
+        # "unapplied migrations" notice covers that, and this check must not block
+        # migrate (which runs database checks). Flag only a table that went missing.
+        from django.db.migrations.recorder import MigrationRecorder
+
+        recorder = MigrationRecorder(connection)
+        if recorder.has_table() and recorder.migration_qs.filter(app="tslock_django").exists():
             errors.append(
                 Error(
-                    f"{SETTING}[{alias!r}]: table tslock_lock does not exist in database {using!r}",
-                    hint=f"Run 'manage.py migrate tslock_django --database {using}'.",
+                    f"{SETTING}[{alias!r}]: table tslock_lock is missing in database {using!r} although "
+                    "its migration is recorded as applied",
+                    hint=f"Recreate it: 'manage.py migrate tslock_django zero --fake --database {using}' "
+                    f"then 'manage.py migrate tslock_django --database {using}'.",
                     id="tslock.E007",
                 )
             )
@@ -142,6 +157,11 @@ def check_keep_alive(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
                 )
             )
     return errors
+
+
+def _acknowledged(value: Any) -> bool:
+    """The same reading of the flag as the provider's own option parsing."""
+    return value is True or (isinstance(value, str) and value.strip().lower() in TRUE_WORDS)
 
 
 def _keep_alive_floor(backend: str) -> Any:

@@ -1,4 +1,5 @@
-"""Settings: the ``providers`` handler over ``TSLOCK_PROVIDERS`` and the provider URL form.
+"""Settings: the handler over ``TSLOCK_PROVIDERS`` (used as ``tslock_django.providers``)
+and the provider URL form.
 
 Settings are read lazily (on first use of an alias), never at import, and the cache is
 dropped on ``setting_changed`` so ``override_settings`` works in tests.
@@ -63,9 +64,7 @@ def provider_settings() -> dict[str, dict[str, Any]]:
             )
         backend = entry.get("BACKEND")
         if not isinstance(backend, str) or not backend:
-            raise InvalidLockProvider(
-                f"{where} needs 'BACKEND', a dotted path such as {DATABASE_BACKEND!r}"
-            )
+            raise InvalidLockProvider(f"{where} needs 'BACKEND', a dotted path such as {DATABASE_BACKEND!r}")
         options = entry.get("OPTIONS", {})
         if not isinstance(options, Mapping):
             raise InvalidLockProvider(f"{where}['OPTIONS'] must be a dict, got {type(options).__name__}")
@@ -129,9 +128,7 @@ class ProviderHandler:
         configured = provider_settings()
         if alias not in configured:
             known = ", ".join(map(repr, configured)) or "(none)"
-            raise InvalidLockProvider(
-                f"no lock provider {alias!r} in {SETTING}; configured aliases: {known}"
-            )
+            raise InvalidLockProvider(f"no lock provider {alias!r} in {SETTING}; configured aliases: {known}")
         entry = configured[alias]
         cls = backend_class(alias, entry["BACKEND"])
         return cls(alias, **entry["OPTIONS"])
@@ -148,6 +145,7 @@ class ProviderHandler:
             instance.close()
 
 
+#: The single handler; use it through ``tslock_django.providers``.
 providers = ProviderHandler()
 
 

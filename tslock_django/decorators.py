@@ -73,7 +73,9 @@ def locked_command(
             group = parser.add_argument_group("locking (tslock)")
             group.add_argument("--lock-provider", default=using, help=f"provider alias (default {using!r})")
             group.add_argument("--lock-at-most-for", default=None, help="override lock_at_most_for, e.g. 30m")
-            group.add_argument("--lock-at-least-for", default=None, help="override lock_at_least_for, e.g. 1m")
+            group.add_argument(
+                "--lock-at-least-for", default=None, help="override lock_at_least_for, e.g. 1m"
+            )
             group.add_argument(
                 "--lock-wait",
                 default="0",
@@ -82,9 +84,15 @@ def locked_command(
 
         def handle(self: BaseCommand, *args: Any, **options: Any) -> Any:
             config, alias, wait = _resolve(self, options)
-            if current_lock(config.name) is not None:
-                return original_handle(self, *args, **options)
-            from .conf import providers
+            outer = current_lock(config.name)
+            if outer is not None:
+                # Re-entrant (e.g. call_command of itself): run under the outer lock.
+                self.lock = outer  # type: ignore[attr-defined]
+                try:
+                    return original_handle(self, *args, **options)
+                finally:
+                    self.lock = None  # type: ignore[attr-defined]
+            from . import providers
 
             try:
                 provider = providers[alias]

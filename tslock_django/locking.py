@@ -99,7 +99,7 @@ class lock:
         existing = current_lock(self.config.name)
         if existing is not None:
             return existing, None  # re-entrant: nothing to release on exit
-        from .conf import providers
+        from . import providers
 
         provider = providers[self.using]
         check_keep_alive(provider, self.config, self.keep_alive)

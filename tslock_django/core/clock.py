@@ -36,7 +36,9 @@ class MutableClock:
 
     def __init__(self, start: datetime | None = None) -> None:
         if start is not None and start.tzinfo is None:
-            raise ValueError("MutableClock(start=...) needs an aware datetime, e.g. datetime.now(timezone.utc)")
+            raise ValueError(
+                "MutableClock(start=...) needs an aware datetime, e.g. datetime.now(timezone.utc)"
+            )
         self._now = start or datetime.now(timezone.utc)
         self._mutex = threading.Lock()
 

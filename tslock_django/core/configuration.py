@@ -46,7 +46,7 @@ class LockConfiguration:
         if at_most <= timedelta(0):
             raise ValueError(
                 f"lock_at_most_for must be positive, got {lock_at_most_for!r}: it is how long "
-                "a dead holder keeps the lock, e.g. \"10m\""
+                'a dead holder keeps the lock, e.g. "10m"'
             )
         if at_least > at_most:
             raise ValueError(
@@ -83,6 +83,6 @@ def validate_name(name: object) -> str:
             f"lock name {name!r} contains a control character; use printable text "
             "(letters, digits, punctuation, spaces and any Unicode letters are fine)"
         )
-    if "\ud800" <= max(name) and any("\ud800" <= ch <= "\udfff" for ch in name):
+    if max(name) >= "\ud800" and any("\ud800" <= ch <= "\udfff" for ch in name):
         raise ValueError(f"lock name {name!r} contains a lone surrogate; it cannot be stored as UTF-8")
     return name

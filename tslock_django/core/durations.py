@@ -16,8 +16,7 @@ from datetime import timedelta
 DurationLike = timedelta | int | float | str
 
 GRAMMAR_HINT = (
-    'use seconds (30 or "30"), units ("500ms", "30s", "5m", "2h", "1d", "1h30m") '
-    'or ISO-8601 ("PT5M")'
+    'use seconds (30 or "30"), units ("500ms", "30s", "5m", "2h", "1d", "1h30m") or ISO-8601 ("PT5M")'
 )
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -54,9 +53,7 @@ def parse_duration(value: DurationLike, *, field: str = "duration") -> timedelta
     elif isinstance(value, str):
         result = _parse_text(value, field)
     else:
-        raise ValueError(
-            f"{field} must be a duration, got {type(value).__name__} {value!r}; {GRAMMAR_HINT}"
-        )
+        raise ValueError(f"{field} must be a duration, got {type(value).__name__} {value!r}; {GRAMMAR_HINT}")
     if result < timedelta(0):
         raise ValueError(f"{field} must not be negative, got {value!r}; {GRAMMAR_HINT}")
     return result

@@ -113,7 +113,9 @@ class HeldLock:
         try:
             handle.unlock()
         except LockProviderError as err:
-            logger.error("could not release lock %r (it expires at %s): %s", self.name, handle.record.lock_until, err)
+            logger.error(
+                "could not release lock %r (it expires at %s): %s", self.name, handle.record.lock_until, err
+            )
 
     def __repr__(self) -> str:
         return f"<HeldLock {self.name!r} on {self.provider.alias!r} fencing={self.fencing_token}>"
@@ -147,12 +149,14 @@ def assert_locked(name: str | None = None) -> HeldLock:
     held = current_lock(name)
     if held is None:
         which = f"lock {name!r}" if name else "a tslock lock"
-        raise TslockError(f"this code must run while holding {which}, and none is held in this thread or task")
+        raise TslockError(
+            f"this code must run while holding {which}, and none is held in this thread or task"
+        )
     return held
 
 
 def push_held(held: HeldLock) -> contextvars.Token[tuple[HeldLock, ...]]:
-    return _held.set(_held.get() + (held,))
+    return _held.set((*_held.get(), held))
 
 
 def pop_held(token: contextvars.Token[tuple[HeldLock, ...]]) -> None:
@@ -233,4 +237,3 @@ def check_keep_alive(provider: LockProvider, config: LockConfiguration, keep_ali
             f"(got {config.lock_at_most_for} for lock {config.name!r}): the store accepts one write per "
             "key per second; raise lock_at_most_for or turn keep_alive off"
         )
-

@@ -32,9 +32,7 @@ class KeepAlive:
         self.held = held
         self.interval = held.lock_at_most_for / 2
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"tslock-keep-alive:{held.name}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=f"tslock-keep-alive:{held.name}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
 from .. import signals
-from ..exceptions import InvalidLockProvider, StaleLockHandle
+from ..exceptions import InvalidLockProvider, LockProviderError, StaleLockHandle
 from .clock import ClockProvider, SystemClock
 from .configuration import LockConfiguration
 from .durations import DurationLike, parse_duration
@@ -26,7 +26,7 @@ from .records import LockRecord
 
 Guarantee = Literal["strong", "advisory"]
 
-_TRUE = {"1", "true", "yes", "on"}
+TRUE_WORDS = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 #: Marks an option that has no default and must be given.
@@ -96,10 +96,18 @@ class SimpleLock:
 
         Raises:
             StaleLockHandle: the handle was already unlocked or extended.
-            LockProviderError: the store failed; the lock then expires at ``lock_until``.
+            LockProviderError: the store failed; the handle stays usable, so ``unlock()``
+                may be retried; otherwise the lock expires at ``lock_until``.
         """
         self._spend("unlock")
-        released = self.provider._unlock(self)
+        try:
+            released = self.provider._unlock(self)
+        except LockProviderError:
+            # The store did not answer: the handle still owns the lock, so the caller
+            # may retry (Workers KV answers 429 to a second write within a second).
+            with self._mutex:
+                self._spent = None
+            raise
         signals.lock_released.send(
             sender=type(self.provider),
             alias=self.provider.alias,
@@ -217,8 +225,8 @@ class LockProvider(ABC):
             return value
         if isinstance(default, bool):
             lowered = value.strip().lower()
-            if lowered in _TRUE or lowered in _FALSE:
-                return lowered in _TRUE
+            if lowered in TRUE_WORDS or lowered in _FALSE:
+                return lowered in TRUE_WORDS
             raise self.option_error(key, f"must be true or false, got {value!r}")
         if isinstance(default, (int, float)):
             try:
@@ -229,9 +237,7 @@ class LockProvider(ABC):
 
     def option_error(self, key: str, problem: str) -> InvalidLockProvider:
         """An ``InvalidLockProvider`` for one option, for use in subclasses' validation."""
-        return InvalidLockProvider(
-            f"TSLOCK_PROVIDERS[{self.alias!r}] OPTIONS[{key!r}] {problem}"
-        )
+        return InvalidLockProvider(f"TSLOCK_PROVIDERS[{self.alias!r}] OPTIONS[{key!r}] {problem}")
 
     # -- the public contract --------------------------------------------------------
 
@@ -295,7 +301,7 @@ class LockProvider(ABC):
             LockProviderError: the store failed.
         """
         self.validate_name(name)
-        if expected is not None and not isinstance(expected, (int, str)) or isinstance(expected, bool):
+        if (expected is not None and not isinstance(expected, (int, str))) or isinstance(expected, bool):
             raise ValueError(
                 f"expected must be a fencing token (int), a token (str) or None, got {expected!r}"
             )
@@ -314,7 +320,7 @@ class LockProvider(ABC):
             LockProviderError: the store failed.
         """
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (an optional hook, not an abstract method)
         """Free connections or clients; the provider may be used again afterwards."""
 
     # -- for subclasses ------------------------------------------------------------
@@ -356,9 +362,7 @@ class LockProvider(ABC):
         )
 
     def __repr__(self) -> str:
-        shown = {
-            k: ("***" if k in self.secret_options and v else v) for k, v in sorted(self.options.items())
-        }
+        shown = {k: ("***" if k in self.secret_options and v else v) for k, v in sorted(self.options.items())}
         return f"<{type(self).__name__} {self.alias!r} {shown}>"
 
 

@@ -115,9 +115,13 @@ class DatabaseLockProvider(LockProvider):
         self.using = self.options["using"]
         if not isinstance(self.using, str) or self.using not in connections.settings:
             known = ", ".join(map(repr, connections.settings)) or "(none)"
-            raise self.option_error("using", f"= {self.using!r} is not a database alias; DATABASES has {known}")
+            raise self.option_error(
+                "using", f"= {self.using!r} is not a database alias; DATABASES has {known}"
+            )
         if not isinstance(self.options["use_db_time"], bool):
-            raise self.option_error("use_db_time", f"must be True or False, got {self.options['use_db_time']!r}")
+            raise self.option_error(
+                "use_db_time", f"must be True or False, got {self.options['use_db_time']!r}"
+            )
         vendor = connections[self.using].vendor
         use_db_time = self.options["use_db_time"]
         if use_db_time and vendor not in self.supported_vendors:
@@ -127,7 +131,10 @@ class DatabaseLockProvider(LockProvider):
                 f"read; use {', '.join(self.supported_vendors)} or set use_db_time to False",
             )
         self._dialect = _Dialect(
-            vendor=vendor, returning=vendor in ("postgresql", "sqlite"), provider=self, use_db_time=use_db_time
+            vendor=vendor,
+            returning=vendor in ("postgresql", "sqlite"),
+            provider=self,
+            use_db_time=use_db_time,
         )
         self._local = threading.local()
         self._private: list[BaseDatabaseWrapper] = []
@@ -281,7 +288,9 @@ class DatabaseLockProvider(LockProvider):
         if count != 1:
             return None
         if not rows:
-            select = self._sql().add(f"SELECT lock_until FROM {TABLE} WHERE name = %s AND token = %s", held.name, held.token)
+            select = self._sql().add(
+                f"SELECT lock_until FROM {TABLE} WHERE name = %s AND token = %s", held.name, held.token
+            )
             rows = self._run(what, select)[1]
             if not rows:
                 return None
@@ -300,7 +309,12 @@ class DatabaseLockProvider(LockProvider):
         return self.handle(record, config, lock_at_least_until=extended_at + config.lock_at_least_for)
 
     def _force_unlock(self, name: str, expected: int | str | None) -> bool:
-        update = self._sql().add(f"UPDATE {TABLE} SET lock_until = ").now().add(", token = '' WHERE name = %s", name)
+        update = (
+            self._sql()
+            .add(f"UPDATE {TABLE} SET lock_until = ")
+            .now()
+            .add(", token = '' WHERE name = %s", name)
+        )
         update.add(" AND lock_until > ").now()
         if isinstance(expected, int):
             update.add(" AND fencing_token = %s", expected)

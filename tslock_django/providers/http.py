@@ -47,9 +47,13 @@ def transport_errors(alias: str, what: str) -> Iterator[None]:
     try:
         yield
     except httpx.TimeoutException as err:
-        raise LockProviderError(f"{what}: the store did not answer in time ({type(err).__name__})", alias=alias) from err
+        raise LockProviderError(
+            f"{what}: the store did not answer in time ({type(err).__name__})", alias=alias
+        ) from err
     except httpx.HTTPError as err:
-        raise LockProviderError(f"{what}: could not reach the store ({type(err).__name__}: {_safe(err)})", alias=alias) from err
+        raise LockProviderError(
+            f"{what}: could not reach the store ({type(err).__name__}: {_safe(err)})", alias=alias
+        ) from err
 
 
 def _safe(err: Exception) -> str:

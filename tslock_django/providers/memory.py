@@ -90,7 +90,9 @@ class MemoryLockProvider(LockProvider):
     def list_locks(self, prefix: str = "") -> list[LockRecord]:
         with self._mutex:
             found = [r for name, r in self._records.items() if name.startswith(prefix)]
-        return [replace(r, token="", token_fingerprint=r.token_fingerprint) for r in sorted(found, key=_by_name)]
+        return [
+            replace(r, token="", token_fingerprint=r.token_fingerprint) for r in sorted(found, key=_by_name)
+        ]
 
 
 def _by_name(record: LockRecord) -> str:

@@ -65,7 +65,9 @@ class ProviderContract:
         # Unique per test so tests never see each other's rows in a shared store.
         return f"contract-{uuid.uuid4().hex[:12]}"
 
-    def config(self, name: str, at_most: float | str | None = None, at_least: float | str = 0) -> LockConfiguration:
+    def config(
+        self, name: str, at_most: float | str | None = None, at_least: float | str = 0
+    ) -> LockConfiguration:
         return LockConfiguration(name, self.long if at_most is None else at_most, at_least)
 
     def acquire(self, provider: LockProvider, config: LockConfiguration) -> SimpleLock:
@@ -98,7 +100,9 @@ class ProviderContract:
         for variant in (name, name.upper(), name + " ", name + "\u00e9"):
             self.acquire(provider, self.config(variant))
 
-    def test_lock_twice_in_a_row(self, provider: LockProvider, name: str, settle: Callable[[], object]) -> None:
+    def test_lock_twice_in_a_row(
+        self, provider: LockProvider, name: str, settle: Callable[[], object]
+    ) -> None:
         first = self.acquire(provider, self.config(name))
         settle()
         assert first.unlock() is True
@@ -115,7 +119,9 @@ class ProviderContract:
             assert held.unlock() is True
             settle()
 
-    def test_expires_after_lock_at_most_for(self, provider: LockProvider, name: str, advance: Advance) -> None:
+    def test_expires_after_lock_at_most_for(
+        self, provider: LockProvider, name: str, advance: Advance
+    ) -> None:
         self.acquire(provider, self.config(name, at_most=self.short))
         assert provider.lock(self.config(name)) is None
         self.past_short(advance)
@@ -148,7 +154,9 @@ class ProviderContract:
 
     # -- extend ----------------------------------------------------------------------
 
-    def test_extend_once(self, provider: LockProvider, name: str, advance: Advance, settle: Callable[[], object]) -> None:
+    def test_extend_once(
+        self, provider: LockProvider, name: str, advance: Advance, settle: Callable[[], object]
+    ) -> None:
         held = self.acquire(provider, self.config(name, at_most=self.short))
         settle()
         extended = held.extend(self.long)
@@ -158,7 +166,9 @@ class ProviderContract:
         self.past_short(advance)
         assert provider.lock(self.config(name)) is None, "the extension did not keep the lock"
 
-    def test_extend_several_times(self, provider: LockProvider, name: str, settle: Callable[[], object]) -> None:
+    def test_extend_several_times(
+        self, provider: LockProvider, name: str, settle: Callable[[], object]
+    ) -> None:
         held = self.acquire(provider, self.config(name, at_most=self.short))
         for _ in range(3):
             settle()
@@ -170,7 +180,9 @@ class ProviderContract:
         settle()
         self.acquire(provider, self.config(name))
 
-    def test_extend_after_unlock_raises(self, provider: LockProvider, name: str, settle: Callable[[], object]) -> None:
+    def test_extend_after_unlock_raises(
+        self, provider: LockProvider, name: str, settle: Callable[[], object]
+    ) -> None:
         held = self.acquire(provider, self.config(name))
         settle()
         held.unlock()
@@ -198,8 +210,11 @@ class ProviderContract:
 
     # -- single-use handles and ownership -------------------------------------------
 
-    def test_handle_is_single_use_after_unlock(self, provider: LockProvider, name: str) -> None:
+    def test_handle_is_single_use_after_unlock(
+        self, provider: LockProvider, name: str, settle: Callable[[], object]
+    ) -> None:
         held = self.acquire(provider, self.config(name))
+        settle()
         held.unlock()
         with pytest.raises(StaleLockHandle):
             held.unlock()
@@ -241,7 +256,9 @@ class ProviderContract:
         assert mine.provider == provider.alias
         assert provider.list_locks(prefix=name + "-nothing") == []
 
-    def test_force_unlock_by_token(self, provider: LockProvider, name: str, settle: Callable[[], object]) -> None:
+    def test_force_unlock_by_token(
+        self, provider: LockProvider, name: str, settle: Callable[[], object]
+    ) -> None:
         held = self.acquire(provider, self.config(name))
         settle()
         assert provider.force_unlock(name, expected="not-the-token") is False
@@ -298,7 +315,7 @@ class StrongProviderContract(ProviderContract):
         config = self.config(name)
         state = {"counter": 0, "inside": 0, "overlaps": 0}
         executed = []
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
         start = threading.Barrier(self.threads)
 
         def task() -> None:
@@ -318,7 +335,7 @@ class StrongProviderContract(ProviderContract):
                 for _ in range(self.rounds):
                     result = executor.execute_with_lock(task, config)
                     executed.append(result.executed)
-            except BaseException as err:  # reported below, with the thread's failure
+            except Exception as err:  # reported below, in the test's own thread
                 errors.append(err)
             finally:
                 self.thread_finished()

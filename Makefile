@@ -1,0 +1,54 @@
+# tslock-django: `make demo` shows the lock at work, `make test` runs everything CI runs.
+# Both work from a fresh clone: they create .venv and install what they need.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+WORKER := tslock_django/worker
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint typecheck unit venv npm browser bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
+	$(PY) -m pip install --quiet --group test -e .
+	touch $@
+
+venv: $(STAMP)
+
+# The Workers runtime (Miniflare + workerd) for the Durable Object Worker's tests.
+$(WORKER)/node_modules/.package-lock.json: $(WORKER)/package-lock.json
+	npm ci --prefix $(WORKER) --no-audit --no-fund --loglevel=error
+
+npm: $(WORKER)/node_modules/.package-lock.json
+
+# Debian's Chromium for the admin's end-to-end test (Playwright drives it; it never
+# downloads a browser of its own).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy tslock_django
+
+unit: venv npm browser
+	$(PY) manage.py makemigrations --check --dry-run --settings=tests.settings
+	$(VENV)/bin/pytest --cov --cov-report=term $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+demo: venv
+	PROVIDER=$(PROVIDER) $(PY) testproject/run_demo.py
+
+bench: venv npm
+	$(PY) -m pip install --quiet --group bench
+	$(PY) -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) var artifacts $(WORKER)/node_modules .coverage

@@ -1,0 +1,275 @@
+"""A small client for one Workers KV namespace over the Cloudflare REST API.
+
+It speaks the four calls a lock needs (read a value, write a value with metadata and a
+TTL, delete a value, list keys with their metadata) and turns every answer that is not
+the expected one into a :class:`~tslock_django.exceptions.LockProviderError`:
+
+- a missing key is HTTP 404 with Cloudflare error code ``10009``: ``get`` returns
+  ``None`` and ``delete`` treats it as done;
+- HTTP 429 is :class:`~tslock_django.exceptions.LockRateLimited` (Workers KV allows one
+  write per second per key, and the REST API has an account-wide request budget);
+- everything else (``10013`` namespace not found, 4xx, 5xx, a body that is not the
+  documented envelope, a timeout) is a ``LockProviderError`` naming the status and code.
+
+Writes are never retried here: a PUT that timed out may or may not have landed, and
+only the caller (the lock provider) knows whether repeating it is safe.
+
+The API token travels in the ``Authorization`` header only. It is not part of any URL,
+message, log line or repr, so an error report can be pasted into an issue as is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ..exceptions import LockProviderError
+from .http import error_for_status, json_body, make_client, transport_errors
+
+#: Where the Cloudflare API lives; tests and local runtimes pass another base URL.
+DEFAULT_BASE_URL = "https://api.cloudflare.com/client/v4"
+
+#: Cloudflare's error code for "this key does not exist" (with HTTP 404).
+KEY_NOT_FOUND = 10009
+#: Cloudflare's error code for "this namespace does not exist" (with HTTP 404).
+NAMESPACE_NOT_FOUND = 10013
+
+#: The list endpoint accepts 10..1000 keys per page.
+LIST_LIMIT_MIN = 10
+LIST_LIMIT_MAX = 1000
+
+
+@dataclass(frozen=True)
+class KVKey:
+    """One key of a listing.
+
+    Attributes:
+        name: the full storage key (any key prefix included).
+        expiration: when KV drops the key, in epoch seconds, or ``None``.
+        metadata: the JSON metadata stored with the key, or ``None`` when it has none.
+    """
+
+    name: str
+    expiration: int | None = None
+    metadata: Any = None
+    has_metadata: bool = field(default=False, repr=False)
+
+
+@dataclass(frozen=True)
+class KVPage:
+    """One page of a listing; ``cursor`` is empty on the last page. A page can be empty
+    and still have a cursor: keep going until the cursor is empty."""
+
+    keys: list[KVKey]
+    cursor: str
+
+
+@dataclass(frozen=True)
+class CloudflareError:
+    """The first entry of Cloudflare's ``errors`` array (code 0 when there was none)."""
+
+    code: int
+    message: str
+
+    def describe(self) -> str:
+        if not self.code and not self.message:
+            return ""
+        return f"Cloudflare error {self.code}: {self.message}" if self.code else self.message
+
+
+def cloudflare_error(response: httpx.Response) -> CloudflareError:
+    """Read ``{"success": false, "errors": [{"code", "message"}]}``; tolerant of bodies
+    that are not that envelope (a proxy's HTML page, an empty body)."""
+    try:
+        body = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return CloudflareError(0, "")
+    errors = body.get("errors") if isinstance(body, dict) else None
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        code = errors[0].get("code")
+        message = errors[0].get("message")
+        return CloudflareError(
+            code if isinstance(code, int) and not isinstance(code, bool) else 0,
+            str(message)[:200] if message is not None else "",
+        )
+    return CloudflareError(0, "")
+
+
+def encode_key(key: str) -> str:
+    """Percent-encode a storage key as one path segment. Every reserved character is
+    encoded (``/``, ``?``, ``%``, ``:``, spaces, non-ASCII) so that any key round-trips."""
+    return quote(key, safe="")
+
+
+class KVRestNamespace:
+    """One Workers KV namespace reached through the Cloudflare REST API.
+
+    Args:
+        account_id: the Cloudflare account id.
+        namespace_id: the KV namespace id.
+        api_token: an API token with "Workers KV Storage: Edit" on the account.
+        base_url: the API root (default :data:`DEFAULT_BASE_URL`).
+        timeout: seconds to wait for connect, each read and each write.
+        alias: the provider alias, used in error messages.
+        transport: an ``httpx.BaseTransport`` to use instead of the network (tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        account_id: str,
+        namespace_id: str,
+        api_token: str,
+        base_url: str = DEFAULT_BASE_URL,
+        timeout: float = 10.0,
+        alias: str = "kv",
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.account_id = account_id
+        self.namespace_id = namespace_id
+        self.base_url = base_url.rstrip("/")
+        self.alias = alias
+        self._prefix = f"/accounts/{encode_key(account_id)}/storage/kv/namespaces/{encode_key(namespace_id)}"
+        self._client = make_client(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {api_token}", "Accept": "application/json"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"<KVRestNamespace {self.base_url} account={self.account_id} namespace={self.namespace_id}>"
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._client.close()
+
+    def _value_path(self, key: str) -> str:
+        return f"{self._prefix}/values/{encode_key(key)}"
+
+    # -- the four calls ------------------------------------------------------------
+
+    def get(self, key: str) -> str | None:
+        """The value stored under ``key`` (decoded as UTF-8), or ``None`` if it is missing.
+
+        Raises:
+            LockProviderError: any other answer, including a value that is not UTF-8.
+        """
+        what = f"read key {key!r}"
+        with transport_errors(self.alias, what):
+            response = self._client.get(self._value_path(key))
+        if response.status_code == 200:
+            try:
+                return response.content.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise LockProviderError(
+                    f"{what}: the stored value is not UTF-8 text", alias=self.alias
+                ) from err
+        if response.status_code == 404 and cloudflare_error(response).code == KEY_NOT_FOUND:
+            return None
+        raise self._error(what, response)
+
+    def put(self, key: str, value: str, *, expiration_ttl: int | None = None, metadata: Any = None) -> None:
+        """Write ``value`` (and ``metadata``, JSON, when given) under ``key``.
+
+        Args:
+            expiration_ttl: seconds until KV drops the key (Cloudflare requires >= 60).
+
+        Raises:
+            LockRateLimited: HTTP 429 (a second write to the key within a second, or the
+                API's request budget is spent).
+            LockProviderError: any other failure. Never retried: the write may have landed.
+        """
+        what = f"write key {key!r}"
+        files: dict[str, tuple[None, bytes]] = {"value": (None, value.encode("utf-8"))}
+        if metadata is not None:
+            files["metadata"] = (
+                None,
+                json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode(),
+            )
+        params = {"expiration_ttl": str(expiration_ttl)} if expiration_ttl is not None else None
+        with transport_errors(self.alias, what):
+            response = self._client.put(self._value_path(key), params=params, files=files)
+        self._expect_success(what, response)
+
+    def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a missing key is not an error.
+
+        Raises:
+            LockRateLimited: HTTP 429.
+            LockProviderError: any other failure.
+        """
+        what = f"delete key {key!r}"
+        with transport_errors(self.alias, what):
+            response = self._client.delete(self._value_path(key))
+        if response.status_code == 404 and cloudflare_error(response).code == KEY_NOT_FOUND:
+            return
+        self._expect_success(what, response)
+
+    def list(self, *, prefix: str = "", limit: int = LIST_LIMIT_MAX, cursor: str = "") -> KVPage:
+        """One page of keys starting with ``prefix``, in key order, with their metadata.
+
+        Raises:
+            ValueError: ``limit`` outside 10..1000.
+            LockProviderError: the store failed or answered something else than a listing.
+        """
+        if not LIST_LIMIT_MIN <= limit <= LIST_LIMIT_MAX:
+            raise ValueError(f"limit must be between {LIST_LIMIT_MIN} and {LIST_LIMIT_MAX}, got {limit}")
+        what = f"list keys with prefix {prefix!r}"
+        params: dict[str, str | int] = {"limit": limit}
+        if prefix:
+            params["prefix"] = prefix
+        if cursor:
+            params["cursor"] = cursor
+        with transport_errors(self.alias, what):
+            response = self._client.get(f"{self._prefix}/keys", params=params)
+        body = self._expect_success(what, response)
+        result = body.get("result")
+        info = body.get("result_info") or {}
+        if not isinstance(result, list) or not isinstance(info, dict):
+            raise self._malformed(what, response, "a listing without a result array")
+        keys = []
+        for item in result:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise self._malformed(what, response, "a listing entry without a name")
+            expiration = item.get("expiration")
+            keys.append(
+                KVKey(
+                    name=item["name"],
+                    expiration=expiration if isinstance(expiration, int) else None,
+                    metadata=item.get("metadata"),
+                    has_metadata="metadata" in item and item["metadata"] is not None,
+                )
+            )
+        next_cursor = info.get("cursor") or ""
+        if not isinstance(next_cursor, str):
+            raise self._malformed(what, response, "a cursor that is not a string")
+        return KVPage(keys, next_cursor)
+
+    # -- answers ---------------------------------------------------------------------
+
+    def _expect_success(self, what: str, response: httpx.Response) -> dict[str, Any]:
+        if response.status_code != 200:
+            raise self._error(what, response)
+        body = json_body(self.alias, what, response)
+        if not isinstance(body, dict) or body.get("success") is not True:
+            raise self._malformed(what, response, "an answer without success: true")
+        return body
+
+    def _error(self, what: str, response: httpx.Response) -> LockProviderError:
+        error = cloudflare_error(response)
+        detail = error.describe()
+        if error.code == NAMESPACE_NOT_FOUND:
+            detail += f"; check OPTIONS namespace_id ({self.namespace_id}) and account_id ({self.account_id})"
+        return error_for_status(self.alias, what, response, detail)
+
+    def _malformed(self, what: str, response: httpx.Response, problem: str) -> LockProviderError:
+        return LockProviderError(
+            f"{what}: HTTP {response.status_code} with {problem} (not the Cloudflare API envelope)",
+            alias=self.alias,
+            status_code=response.status_code,
+        )

@@ -1,0 +1,288 @@
+"""The Locks page: what it shows, how it searches, filters, sorts and pages, and who may see it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from tests.admin.tslock_test_providers import MEMORY, AdvisoryStaticProvider, StaticProvider, path_of
+from tslock_django import LockConfiguration
+from tslock_django.conf import providers
+from tslock_django.core.records import LockRecord
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime.now(timezone.utc)
+
+
+def record(
+    name: str, *, until: timedelta = timedelta(minutes=5), since: timedelta = timedelta(minutes=1), **kw: Any
+) -> LockRecord:
+    defaults: dict[str, Any] = {"locked_by": "web-1:42", "fencing_token": 7, "token_fingerprint": "ab12cd34"}
+    defaults.update(kw)
+    return LockRecord(name=name, lock_until=NOW + until, locked_at=NOW - since, **defaults)
+
+
+def static(*records: LockRecord, advisory: bool = False) -> dict[str, Any]:
+    cls = AdvisoryStaticProvider if advisory else StaticProvider
+    return {"BACKEND": path_of(cls), "OPTIONS": {"records": list(records)}}
+
+
+def row_names(html: str) -> list[str]:
+    return re.findall(r'<tr data-provider="[^"]*" data-name="([^"]*)"', html)
+
+
+def test_superuser_sees_records_of_every_provider_without_raw_tokens(
+    settings: Any, admin_client: Client, locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"alpha": MEMORY, "beta": MEMORY}
+    first = providers["alpha"].lock(LockConfiguration("nightly-report", "10m"))
+    second = providers["beta"].lock(LockConfiguration("invoices", "10m"))
+    assert first is not None and second is not None
+
+    response = admin_client.get(locks_url)
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert row_names(html) == ["nightly-report", "invoices"]  # settings order of providers
+    assert 'data-provider="alpha"' in html and 'data-provider="beta"' in html
+    assert first.record.locked_by in html
+    assert first.record.token_fingerprint in html and second.record.token_fingerprint in html
+    assert first.token not in html and second.token not in html
+    assert ">held<" in html
+
+
+def test_columns_show_times_in_the_admin_time_zone_and_the_progress_bar(
+    settings: Any, admin_client: Client, locks_url: str
+) -> None:
+    settings.TIME_ZONE = "Asia/Tokyo"
+    locked_at = datetime(2031, 1, 1, 0, 0, tzinfo=timezone.utc)
+    settings.TSLOCK_PROVIDERS = {
+        "s": static(
+            LockRecord(
+                "future",
+                lock_until=locked_at + timedelta(hours=1),
+                locked_at=locked_at,
+                locked_by="x",
+                fencing_token=3,
+            ),
+            record("overdue", until=-timedelta(seconds=30), since=timedelta(minutes=5)),
+        )
+    }
+
+    html = admin_client.get(locks_url).content.decode()
+
+    assert "2031-01-01 09:00:00" in html  # 00:00 UTC shown in Tokyo time
+    assert "2031-01-01 10:00:00" in html
+    assert 'class="tslock-bar overdue"' in html  # the expired row's bar is marked overdue
+    assert 'style="width: 100%"' in html
+    assert 'style="width: 0%"' in html  # the future row has not started yet
+    assert "overdue 30s" in html or "overdue 31s" in html
+
+
+def test_every_state_is_shown(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {
+        "s": static(
+            record("a-held"),
+            record("b-at-least", released=True, token_fingerprint=""),
+            record("c-expired", until=-timedelta(minutes=1)),
+            LockRecord(
+                "d-unknown", lock_until=datetime(2030, 1, 1), locked_at=datetime(2030, 1, 1), locked_by="?"
+            ),
+        )
+    }
+    html = admin_client.get(locks_url).content.decode()
+    for label in ('tslock-state-held">held<', ">held for at-least<", ">expired<", ">unknown<"):
+        assert label in html
+
+
+def test_advisory_providers_are_marked(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {
+        "db-like": static(record("strong-one")),
+        "kv": static(record("kv-one", fencing_token=None), advisory=True),
+    }
+    html = admin_client.get(locks_url).content.decode()
+    kv_row = html[html.index('data-name="kv-one"') :].split("</tr>")[0]
+    strong_row = html[html.index('data-name="strong-one"') :].split("</tr>")[0]
+    assert 'class="tslock-advisory"' in kv_row
+    assert "tslock-advisory" not in strong_row
+
+
+def test_strings_from_the_store_are_escaped(settings: Any, admin_client: Client, locks_url: str) -> None:
+    evil = "<script>alert('x')</script>"
+    settings.TSLOCK_PROVIDERS = {"s": static(record(evil, locked_by='<img src=x onerror="alert(1)">'))}
+    html = admin_client.get(locks_url).content.decode()
+    assert "<script>alert" not in html
+    assert "<img src=x" not in html
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html
+
+
+def test_a_token_a_store_leaks_into_a_listing_is_still_not_shown(
+    settings: Any, admin_client: Client, locks_url: str
+) -> None:
+    leaked = "0123456789abcdef-raw-token"
+    settings.TSLOCK_PROVIDERS = {"s": static(record("leaky", token=leaked, token_fingerprint=""))}
+    html = admin_client.get(locks_url).content.decode()
+    assert "leaky" in html
+    assert leaked not in html
+
+
+def test_search_by_name(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {
+        "s": static(record("send-invoices"), record("nightly-report"), record("INVOICE-archive"))
+    }
+    html = admin_client.get(locks_url, {"q": "invoice"}).content.decode()
+    assert sorted(row_names(html)) == ["INVOICE-archive", "send-invoices"]
+    assert 'value="invoice"' in html
+
+
+def test_filter_by_provider_lists_only_that_provider(
+    settings: Any, admin_client: Client, locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": static(record("from-a")), "b": static(record("from-b"))}
+    StaticProvider.calls.clear()
+    html = admin_client.get(locks_url, {"provider": "b"}).content.decode()
+    assert row_names(html) == ["from-b"]
+    assert StaticProvider.calls == ["b"]  # the other store was not asked at all
+
+
+def test_filter_by_state(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(record("live"), record("gone", until=-timedelta(seconds=1)))}
+    assert row_names(admin_client.get(locks_url, {"state": "expired"}).content.decode()) == ["gone"]
+    assert row_names(admin_client.get(locks_url, {"state": "held"}).content.decode()) == ["live"]
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [
+        ("name", ["a", "b", "c"]),
+        ("-name", ["c", "b", "a"]),
+        ("fencing_token", ["c", "a", "b"]),
+        ("-lock_until", ["a", "c", "b"]),
+        ("remaining", ["b", "c", "a"]),
+        ("locked_by", ["b", "a", "c"]),
+        ("-fingerprint", ["b", "c", "a"]),
+        ("state", ["a", "c", "b"]),
+    ],
+)
+def test_sort_by_any_column(
+    settings: Any, admin_client: Client, locks_url: str, order: str, expected: list[str]
+) -> None:
+    settings.TSLOCK_PROVIDERS = {
+        "s": static(
+            record(
+                "a", until=timedelta(hours=3), fencing_token=5, locked_by="m", token_fingerprint="11111111"
+            ),
+            record(
+                "b", until=-timedelta(hours=1), fencing_token=9, locked_by="k", token_fingerprint="33333333"
+            ),
+            record(
+                "c", until=timedelta(hours=2), fencing_token=1, locked_by="z", token_fingerprint="22222222"
+            ),
+        )
+    }
+    html = admin_client.get(locks_url, {"o": order}).content.decode()
+    assert row_names(html) == expected
+
+
+def test_large_listings_are_paginated(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(*(record(f"job-{i:04d}") for i in range(250)))}
+    first = admin_client.get(locks_url).content.decode()
+    last = admin_client.get(locks_url, {"p": "3"}).content.decode()
+    assert len(row_names(first)) == 100
+    assert row_names(first)[0] == "job-0000"
+    assert row_names(last) == [f"job-{i:04d}" for i in range(200, 250)]
+    assert "250 locks" in first
+
+
+def test_no_add_change_or_delete_views(settings: Any, admin_client: Client) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(record("x"))}
+    assert admin_client.get("/admin/tslock_django/lock/add/").status_code == 404
+    assert admin_client.get("/admin/tslock_django/lock/x/change/").status_code == 404
+    assert admin_client.get("/admin/tslock_django/lock/x/delete/").status_code == 404
+
+
+# -- permissions ----------------------------------------------------------------------
+
+
+def test_staff_without_view_lock_gets_403(
+    settings: Any, make_client: Callable[..., Client], locks_url: str, history_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(record("x"))}
+    staff = make_client()  # staff, no permission at all
+    assert staff.get(locks_url).status_code == 403
+    assert staff.get(history_url).status_code == 403
+    # And the admin index does not offer the page.
+    assert locks_url not in staff.get(reverse("admin:index")).content.decode()
+
+
+def test_change_permission_is_not_enough(
+    settings: Any, make_client: Callable[..., Client], locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(record("x"))}
+    assert make_client("change_lock").get(locks_url).status_code == 403
+
+
+def test_non_staff_gets_the_login_page(
+    settings: Any, make_client: Callable[..., Client], locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(record("x"))}
+    for client in (make_client("view_lock", staff=False), Client()):
+        response = client.get(locks_url)
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("admin:login"))
+
+
+def test_view_lock_shows_the_page_without_release_controls(
+    settings: Any, viewer: Client, locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(record("visible"))}
+    response = viewer.get(locks_url)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert row_names(html) == ["visible"]
+    assert 'name="lock"' not in html
+    assert "release-selected" not in html
+    assert locks_url in viewer.get(reverse("admin:index")).content.decode()
+
+
+def test_release_lock_shows_checkboxes_with_the_holding(
+    settings: Any, releaser: Client, locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {
+        "s": static(
+            record("with-fencing", fencing_token=12), record("kv", fencing_token=None), advisory=False
+        )
+    }
+    html = releaser.get(locks_url).content.decode()
+    assert 'value="[&quot;s&quot;, &quot;with-fencing&quot;, &quot;fencing&quot;, 12]"' in html
+    assert 'value="[&quot;s&quot;, &quot;kv&quot;, &quot;fingerprint&quot;, &quot;ab12cd34&quot;]"' in html
+
+
+def test_many_pages_get_an_elided_page_list(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(*(record(f"job-{i:05d}") for i in range(2000)))}
+    html = admin_client.get(locks_url, {"p": "10"}).content.decode()
+    assert row_names(html)[0] == "job-00900"
+    assert '<span class="this-page">10</span>' in html
+    assert "…" in html
+    assert "p=20" in html and "p=15" not in html
+
+
+def test_unknown_filter_values_are_ignored(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(record("x"))}
+    html = admin_client.get(locks_url, {"provider": "nope", "state": "odd", "o": "secret"}).content.decode()
+    assert row_names(html) == ["x"]
+
+
+def test_a_broken_setting_is_a_message(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = ["not", "a", "dict"]
+    response = admin_client.get(locks_url)
+    assert response.status_code == 200
+    assert "TSLOCK_PROVIDERS is not configured correctly" in response.content.decode()

@@ -1,0 +1,123 @@
+"""End to end in a real headless Chromium: log in, see two providers' locks, force-release
+one through the confirmation page, and find it released and in the history.
+
+Needs Playwright for Python (the ``test`` dependency group) and Debian's Chromium at
+``/usr/bin/chromium`` (or ``TSLOCK_CHROMIUM``); Playwright's own browser download is not
+used. Skipped with a reason when either is missing, except under CI, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from tests.admin.tslock_test_providers import MEMORY, FencelessMemoryProvider, path_of
+from tslock_django import LockConfiguration
+from tslock_django.conf import DATABASE_BACKEND, providers
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM = os.environ.get("TSLOCK_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def missing_browser() -> str:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed (pip install playwright)"
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        return f"no Chromium at {CHROMIUM} (apt-get install -y chromium, or set TSLOCK_CHROMIUM)"
+    return ""
+
+
+@pytest.fixture
+def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    reason = missing_browser()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser test must run under CI: {reason}")
+        pytest.skip(reason)
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the test
+    # itself makes are still synchronous, so Django's async-safety check must stand aside.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": 1600, "height": 800})
+            yield context.new_page()
+        finally:
+            browser.close()
+
+
+def test_release_a_lock_in_the_browser(
+    page: Any, live_server: Any, settings: Any, django_user_model: Any
+) -> None:
+    settings.TSLOCK_PROVIDERS = {
+        "default": {"BACKEND": DATABASE_BACKEND},
+        "mem": MEMORY,
+        "kv": {"BACKEND": path_of(FencelessMemoryProvider)},  # an advisory store without fencing tokens
+    }
+    db_lock = providers["default"].lock(LockConfiguration("db-nightly-report", "30m"))
+    mem_lock = providers["mem"].lock(LockConfiguration("mem-invoices", "10m"))
+    assert db_lock is not None and mem_lock is not None
+    assert providers["mem"].lock(LockConfiguration("mem-cleanup", "2m")) is not None
+    assert providers["kv"].lock(LockConfiguration("kv-sync", "5m")) is not None
+
+    operator = django_user_model.objects.create_user("operator", password="pw-for-tests", is_staff=True)
+    operator.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="tslock_django", codename__in=["view_lock", "release_lock"]
+        )
+    )
+
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/tslock_django/lock/")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "pw-for-tests")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 4
+    assert page.locator('tr[data-provider="default"][data-name="db-nightly-report"]').count() == 1
+    assert page.locator('tr[data-provider="mem"][data-name="mem-invoices"]').count() == 1
+    assert db_lock.token not in page.content() and mem_lock.token not in page.content()
+    assert page.locator('tr[data-name="kv-sync"] .tslock-advisory').is_visible()
+
+    page.check('tr[data-name="mem-invoices"] input[name="lock"]')
+    page.click("#release-selected")
+    page.wait_for_selector("#release-list")
+    assert page.locator("#release-list tbody tr").count() == 1
+    assert "mem-invoices" in page.inner_text("#release-list")
+    assert "fencing token 1" in page.inner_text("#release-list")
+
+    page.click("#confirm-release")
+    page.wait_for_selector("#result_list")
+    assert "Force-released lock 'mem-invoices'" in page.inner_text("ul.messagelist")
+    released_row = page.locator('tr[data-name="mem-invoices"]')
+    assert released_row.locator("td.tslock-state-expired").count() == 1
+    assert page.locator('tr[data-name="db-nightly-report"] td.tslock-state-held').count() == 1
+    assert page.locator('tr[data-name="mem-cleanup"] td.tslock-state-held').count() == 1
+    assert released_row.locator(".tslock-bar.overdue").count() == 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "locks-page.png"), full_page=True)
+
+    page.click("text=Release history")
+    page.wait_for_selector("#history-list")
+    history = page.inner_text("#history-list")
+    assert "mem:mem-invoices" in history and "operator" in history

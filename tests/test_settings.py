@@ -92,7 +92,7 @@ def test_bad_settings_say_what_is_wrong(setting: object, fragment: str) -> None:
 def test_unknown_alias_names_the_configured_ones() -> None:
     with (
         override_settings(TSLOCK_PROVIDERS=MEMORY),
-        pytest.raises(InvalidLockProvider, match="'edge'.*'default'"),
+        pytest.raises(InvalidLockProvider, match=r"'edge'.*'default'"),
     ):
         providers["edge"]
 
@@ -195,6 +195,9 @@ def test_importing_the_package_stays_light() -> None:
     import subprocess
     import sys
 
-    code = "import sys, tslock_django; print(sorted(m for m in ('httpx', 'django.db.models', 'environ') if m in sys.modules))"
+    code = (
+        "import sys, tslock_django;"
+        "print(sorted(m for m in ('httpx', 'django.db.models', 'environ') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr

@@ -142,15 +142,16 @@ def check_keep_alive(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             continue
         if not getattr(cls, "tslock_keep_alive", False):
             continue
-        entry = entries.get(cls.tslock_using)
+        using, at_most = cls.tslock_using, cls.tslock_lock_at_most_for  # type: ignore[attr-defined]
+        entry = entries.get(using)
         if entry is None:
             continue
         floor = _keep_alive_floor(entry["BACKEND"])
-        if floor is not None and cls.tslock_lock_at_most_for < floor:
+        if floor is not None and at_most < floor:
             errors.append(
                 Error(
-                    f"command {command!r} uses keep-alive on provider {cls.tslock_using!r} with "
-                    f"lock_at_most_for={cls.tslock_lock_at_most_for}, under the {floor} that store needs",
+                    f"command {command!r} uses keep-alive on provider {using!r} with "
+                    f"lock_at_most_for={at_most}, under the {floor} that store needs",
                     hint="Workers KV accepts one write per key per second: raise lock_at_most_for or "
                     "turn keep_alive off.",
                     id="tslock.E006",

@@ -95,7 +95,7 @@ def locked_command(
             from . import providers
 
             try:
-                provider = providers[alias]
+                provider = providers.get(alias)
                 check_keep_alive(provider, config, keep_alive)
                 attempt = acquire(provider, config, wait=wait)
             except (LockProviderError, InvalidLockProvider) as err:

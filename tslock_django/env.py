@@ -1,5 +1,7 @@
 """django-environ integration: ``Env().lock_provider_url("TSLOCK_URL")``.
 
+(environ ships no type hints, hence the type: ignore on the subclass.)
+
 Kept apart from ``conf`` so that importing tslock_django does not import environ.
 """
 
@@ -13,7 +15,7 @@ from .conf import parse_provider_url
 from .exceptions import InvalidLockProvider
 
 
-class Env(environ.Env):
+class Env(environ.Env):  # type: ignore[misc]
     """``environ.Env`` with a reader for lock provider URLs."""
 
     def lock_provider_url(self, var: str = "TSLOCK_URL", default: Any = environ.Env.NOTSET) -> dict[str, Any]:

@@ -101,7 +101,7 @@ class lock:
             return existing, None  # re-entrant: nothing to release on exit
         from . import providers
 
-        provider = providers[self.using]
+        provider = providers.get(self.using)
         check_keep_alive(provider, self.config, self.keep_alive)
         attempt = acquire(provider, self.config, wait=self.wait)
         if attempt.held is None:

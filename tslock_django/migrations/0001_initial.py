@@ -1,7 +1,9 @@
+from typing import Any
+
 from django.db import migrations, models
 
 
-def exact_names_on_mysql(apps, schema_editor):
+def exact_names_on_mysql(apps: Any, schema_editor: Any) -> None:
     """MySQL and MariaDB compare text case-insensitively and ignore trailing spaces by
     default, which would make "Report" and "report " one lock. A binary no-pad collation
     makes the primary key compare names exactly, as PostgreSQL and SQLite already do."""
@@ -17,7 +19,7 @@ def exact_names_on_mysql(apps, schema_editor):
 class Migration(migrations.Migration):
     initial = True
 
-    dependencies: list[tuple[str, str]] = []
+    dependencies: list[tuple[str, str]] = []  # type: ignore[misc]
 
     operations = [
         migrations.CreateModel(

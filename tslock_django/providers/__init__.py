@@ -37,7 +37,7 @@ def get(alias: str = "default") -> LockProvider:
     return handler[alias]
 
 
-def all() -> list[LockProvider]:  # noqa: A001  (mirrors django.core.cache.caches.all())
+def all() -> list[LockProvider]:  # mirrors django.core.cache.caches.all()
     """Every configured provider, in settings order."""
     from ..conf import providers as handler
 

@@ -339,6 +339,8 @@ def _aware(value: Any) -> datetime:
         if parsed is None:
             raise LockProviderError(f"unreadable timestamp {value!r} in {TABLE}")
         value = parsed
+    if not isinstance(value, datetime):
+        raise LockProviderError(f"unreadable timestamp {value!r} in {TABLE}")
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc)

@@ -56,9 +56,9 @@ class MemoryLockProvider(LockProvider):
     def _unlock(self, held: SimpleLock) -> bool:
         with self._mutex:
             current = self._owned(held)
-            if current is None:
-                return False
             now = self.clock.now()
+            if current is None or current.lock_until <= now:
+                return False
             self._records[held.name] = replace(
                 current, lock_until=max(now, held.lock_at_least_until), released=True
             )

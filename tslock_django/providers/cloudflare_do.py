@@ -1,0 +1,314 @@
+"""Locks in Cloudflare Durable Objects, through the companion Worker (``tslock_django/worker``).
+
+Each lock name lives in its own Durable Object, which runs one request at a time: the
+check-and-take is atomic on the platform, so the guarantee is strong (one holder). Every
+operation is exactly one HTTP request to the Worker; deadlines are computed on the
+Durable Object's clock from the durations sent here, so this machine's clock never
+decides expiry. The wire protocol (v1) is described at the top of ``worker/index.js``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..core.configuration import LockConfiguration
+from ..core.durations import to_milliseconds
+from ..core.provider import REQUIRED, LockProvider, SimpleLock
+from ..core.records import LockRecord
+from ..exceptions import LockProviderError
+from .http import error_for_status, json_body, make_client, transport_errors
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: The Worker's limit on ``locked_by`` (code points).
+MAX_LOCKED_BY = 255
+#: The Worker's page size limit for ``GET /v1/locks``.
+PAGE_SIZE = 1000
+
+
+def _from_ms(value: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=value)
+
+
+class DurableObjectLockProvider(LockProvider):
+    """A lock store on the companion Worker (one Durable Object per lock name).
+
+    OPTIONS:
+        url: the Worker's base URL, ``https://tslock.<subdomain>.workers.dev`` (http is
+            accepted for a local runtime). No credentials in it.
+        token: the bearer secret, the Worker's ``TSLOCK_TOKEN``. Never shown in a repr,
+            a log line or an error message.
+        key_prefix: prepended to every lock name, so several projects can share one
+            Worker. Default ``""``.
+        timeout: seconds to wait for each HTTP request. Default ``10.0``.
+
+    Args:
+        transport: an ``httpx.BaseTransport`` to use instead of the network (tests and
+            benchmarks); not an OPTIONS key.
+    """
+
+    guarantee: ClassVar = "strong"
+    default_options: ClassVar = {"url": REQUIRED, "token": REQUIRED, "key_prefix": "", "timeout": 10.0}
+    secret_options: ClassVar = frozenset({"token"})
+    max_key_bytes: ClassVar[int] = 512
+
+    def __init__(
+        self,
+        alias: str = "default",
+        *,
+        transport: httpx.BaseTransport | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(alias, **kwargs)
+        self._validate_options()
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._client_mutex = threading.Lock()
+
+    # -- options -------------------------------------------------------------------
+
+    def _validate_options(self) -> None:
+        url = self.options["url"]
+        if not isinstance(url, str):
+            raise self.option_error("url", f"must be a string URL, got {type(url).__name__}")
+        parts = urlsplit(url)
+        if parts.username is not None or parts.password is not None:
+            # Not echoed: the part before "@" is probably the secret.
+            raise self.option_error(
+                "url",
+                "must not contain credentials (user:password@); put the secret in OPTIONS['token'] "
+                "(or use a cloudflare-do://TOKEN@HOST/ settings URL, which does that for you)",
+            )
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise self.option_error(
+                "url",
+                f"must be an http(s) URL with a host, e.g. 'https://tslock.example.workers.dev'; got {url!r}",
+            )
+        if parts.query or parts.fragment:
+            raise self.option_error("url", f"must not have a query string or fragment; got {url!r}")
+        try:
+            parts.port  # noqa: B018 - raises ValueError for a malformed port
+        except ValueError:
+            raise self.option_error("url", f"has an invalid port; got {url!r}") from None
+        token = self.options["token"]
+        if not isinstance(token, str) or not token:
+            raise self.option_error("token", "must be a non-empty string: the Worker's TSLOCK_TOKEN secret")
+        if not (token.isascii() and token.isprintable()) or token != token.strip() or " " in token:
+            raise self.option_error(
+                "token", "must be printable ASCII without spaces (it travels in an HTTP header)"
+            )
+        prefix = self.options["key_prefix"]
+        if not isinstance(prefix, str):
+            raise self.option_error("key_prefix", f"must be a string, got {type(prefix).__name__}")
+        if len(prefix.encode("utf-8")) >= self.max_key_bytes:
+            raise self.option_error(
+                "key_prefix", f"must be shorter than {self.max_key_bytes} UTF-8 bytes (the key size limit)"
+            )
+        timeout = self.options["timeout"]
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout):
+            raise self.option_error("timeout", f"must be a number of seconds, got {timeout!r}")
+        if timeout <= 0:
+            raise self.option_error("timeout", f"must be greater than 0 seconds, got {timeout!r}")
+
+    def key_for(self, name: str) -> str:
+        return str(self.options["key_prefix"]) + name
+
+    # -- HTTP ------------------------------------------------------------------------
+
+    def _http(self) -> httpx.Client:
+        client = self._client
+        if client is None:
+            with self._client_mutex:
+                client = self._client
+                if client is None:
+                    client = self._client = make_client(
+                        base_url=str(self.options["url"]),
+                        headers={
+                            "Authorization": f"Bearer {self.options['token']}",
+                            "Accept": "application/json",
+                            "User-Agent": "tslock-django",
+                        },
+                        timeout=float(self.options["timeout"]),
+                        transport=self._transport,
+                    )
+        return client
+
+    def close(self) -> None:
+        """Close the pooled HTTP client; the next operation opens a new one."""
+        with self._client_mutex:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def _call(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One request; the parsed JSON object of a 2xx answer, else ``LockProviderError``."""
+        client = self._http()
+        with transport_errors(self.alias, what):
+            response = client.request(method, path, json=body, params=params)
+        if not response.is_success:
+            raise error_for_status(self.alias, what, response, self._error_detail(response))
+        data = json_body(self.alias, what, response)
+        if not isinstance(data, dict):
+            raise self._malformed(what, "the answer is not a JSON object", response.status_code)
+        return data
+
+    def _error_detail(self, response: httpx.Response) -> str:
+        try:
+            data = response.json()
+            detail = str(data.get("error", "")) if isinstance(data, dict) else ""
+        except ValueError:
+            detail = ""
+        # Belt and braces: whatever sits in front of the Worker, never repeat the secret.
+        return detail.replace(str(self.options["token"]), "***")
+
+    def _malformed(self, what: str, problem: str, status: int | None = 200) -> LockProviderError:
+        return LockProviderError(
+            f"{what}: HTTP {status} with an answer the provider cannot use ({problem}); "
+            "is the URL a tslock Worker of protocol v1?",
+            alias=self.alias,
+            status_code=status,
+        )
+
+    def _flag(self, data: dict[str, Any], key: str, what: str) -> bool:
+        value = data.get(key)
+        if not isinstance(value, bool):
+            raise self._malformed(what, f"{key!r} is missing or not a boolean")
+        return value
+
+    def _record(self, data: Any, what: str, *, with_token: bool = False) -> tuple[LockRecord, datetime]:
+        """A ``LockRecord`` (name without the key prefix) and its at-least deadline."""
+        if not isinstance(data, dict):
+            raise self._malformed(what, "'record' is missing or not an object")
+        problems = [
+            key
+            for key in ("locked_at_ms", "lock_until_ms", "at_least_until_ms", "fencing_token")
+            if not isinstance(data.get(key), int) or isinstance(data.get(key), bool)
+        ]
+        problems += [
+            key for key in ("name", "locked_by", "token_fingerprint") if not isinstance(data.get(key), str)
+        ]
+        if not isinstance(data.get("released"), bool):
+            problems.append("released")
+        token = data.get("token", "")
+        if with_token and (not isinstance(token, str) or not token):
+            problems.append("token")
+        if problems:
+            raise self._malformed(what, f"record field(s) {', '.join(problems)} missing or of the wrong type")
+        prefix = str(self.options["key_prefix"])
+        key: str = data["name"]
+        if not key.startswith(prefix):
+            raise self._malformed(what, "the record's name is outside this provider's key_prefix")
+        record = LockRecord(
+            name=key[len(prefix) :],
+            lock_until=_from_ms(data["lock_until_ms"]),
+            locked_at=_from_ms(data["locked_at_ms"]),
+            locked_by=data["locked_by"],
+            token=token if with_token else "",
+            fencing_token=data["fencing_token"],
+            provider=self.alias,
+            released=data["released"],
+            token_fingerprint=data["token_fingerprint"],
+        )
+        return record, _from_ms(data["at_least_until_ms"])
+
+    @staticmethod
+    def _durations(config: LockConfiguration) -> dict[str, int]:
+        # Whole milliseconds, rounded down; a sub-millisecond at-most would become 0,
+        # which the Worker rightly refuses, so it is held for 1 ms instead.
+        at_most = max(1, to_milliseconds(config.lock_at_most_for))
+        return {
+            "lock_at_most_for_ms": at_most,
+            "lock_at_least_for_ms": min(at_most, to_milliseconds(config.lock_at_least_for)),
+        }
+
+    # -- the primitives --------------------------------------------------------------
+
+    def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+        what = f"acquire {config.name!r}"
+        data = self._call(
+            what,
+            "POST",
+            "/v1/acquire",
+            body={
+                "name": self.key_for(config.name),
+                **self._durations(config),
+                "locked_by": self.locked_by[:MAX_LOCKED_BY],
+            },
+        )
+        if self._flag(data, "acquired", what):
+            record, at_least_until = self._record(data.get("record"), what, with_token=True)
+            return self.handle(record, config, lock_at_least_until=at_least_until)
+        holder, _ = self._record(data.get("record"), what)
+        return holder
+
+    def _unlock(self, held: SimpleLock) -> bool:
+        what = f"unlock {held.name!r}"
+        data = self._call(
+            what, "POST", "/v1/unlock", body={"name": self.key_for(held.name), "token": held.token}
+        )
+        return self._flag(data, "released", what)
+
+    def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+        what = f"extend {held.name!r}"
+        data = self._call(
+            what,
+            "POST",
+            "/v1/extend",
+            body={"name": self.key_for(held.name), "token": held.token, **self._durations(config)},
+        )
+        if not self._flag(data, "extended", what):
+            return None
+        record, at_least_until = self._record(data.get("record"), what, with_token=True)
+        return self.handle(record, config, lock_at_least_until=at_least_until)
+
+    def _force_unlock(self, name: str, expected: int | str | None) -> bool:
+        what = f"force-release {name!r}"
+        body: dict[str, Any] = {"name": self.key_for(name)}
+        if isinstance(expected, int):
+            body["fencing_token"] = expected
+        elif isinstance(expected, str):
+            body["token"] = expected
+        data = self._call(what, "POST", "/v1/force-release", body=body)
+        return self._flag(data, "released", what)
+
+    def list_locks(self, prefix: str = "") -> list[LockRecord]:
+        """Every held lock whose name starts with ``prefix``, ordered by name, without
+        tokens. Follows the Worker's pages (1,000 records each)."""
+        what = f"list locks with prefix {prefix!r}"
+        key_prefix = str(self.options["key_prefix"])
+        records: list[LockRecord] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        while True:
+            params: dict[str, Any] = {"prefix": key_prefix + prefix, "limit": PAGE_SIZE}
+            if cursor:
+                params["cursor"] = cursor
+            data = self._call(what, "GET", "/v1/locks", params=params)
+            page = data.get("locks")
+            if not isinstance(page, list):
+                raise self._malformed(what, "'locks' is missing or not a list")
+            for item in page:
+                # The Worker filters by prefix already; this guards against a store that does not.
+                name = item.get("name") if isinstance(item, dict) else None
+                if isinstance(name, str) and not name.startswith(key_prefix + prefix):
+                    continue
+                records.append(self._record(item, what)[0])
+            cursor = data.get("cursor")
+            if cursor is None or cursor == "":
+                return records
+            if not isinstance(cursor, str) or cursor in seen:
+                raise self._malformed(what, "the listing cursor is not a string or repeats")
+            seen.add(cursor)

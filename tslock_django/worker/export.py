@@ -1,0 +1,110 @@
+"""Write the companion Worker to a folder the user deploys with wrangler.
+
+``python manage.py tslock worker --output DIR`` calls :func:`write_worker_bundle`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+WORKER_DIR = Path(__file__).resolve().parent
+
+# Cloudflare's rule for Worker names: lowercase letters, digits and dashes, at most 63,
+# not starting or ending with a dash (the name becomes a DNS label on workers.dev).
+_WORKER_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_NAME_LINE = '  "name": "tslock",\n'
+
+DEPLOY_NOTES = """\
+# Deploying the tslock Worker
+
+This folder holds the companion Worker of tslock-django: one Durable Object per lock
+name (SQLite-backed) and one index object for listing. You need a Cloudflare account
+and Node.js; nothing here needs a build step.
+
+1. Choose a long random secret and store it as the Worker's secret (it is never in a file):
+
+       npx wrangler secret put TSLOCK_TOKEN
+
+   (`python -c "import secrets; print(secrets.token_urlsafe(32))"` makes a good one.)
+   If wrangler asks to create the Worker `{worker_name}` first, say yes.
+
+2. Deploy:
+
+       npx wrangler deploy
+
+   wrangler prints the Worker's URL, e.g. `https://{worker_name}.<your-subdomain>.workers.dev`.
+
+3. Check it answers (no secret needed for this route):
+
+       curl https://{worker_name}.<your-subdomain>.workers.dev/v1/health
+
+4. Point Django at it, e.g. in the environment:
+
+       TSLOCK_URL=cloudflare-do://<the secret>@{worker_name}.<your-subdomain>.workers.dev/
+
+   or in settings:
+
+       TSLOCK_PROVIDERS = {{
+           "default": {{
+               "BACKEND": "tslock_django.providers.cloudflare_do.DurableObjectLockProvider",
+               "OPTIONS": {{"url": "https://{worker_name}.<your-subdomain>.workers.dev",
+                           "token": env("TSLOCK_DO_TOKEN")}},
+           }},
+       }}
+
+Keep `migrations` in wrangler.jsonc as it is: Durable Object classes are created by
+migration tag `v1`, and renaming a class or tag later needs a new migration.
+Rotating the secret: run step 1 again; clients with the old secret get HTTP 401.
+"""
+
+
+def write_worker_bundle(
+    output_dir: str | Path, *, worker_name: str = "tslock", overwrite: bool = False
+) -> list[Path]:
+    """Write ``index.js``, ``wrangler.jsonc`` and ``DEPLOY.md`` into ``output_dir``.
+
+    Args:
+        output_dir: the folder to write to; created if missing.
+        worker_name: the Worker's name in ``wrangler.jsonc`` (lowercase letters, digits
+            and dashes, at most 63 characters).
+        overwrite: replace files that already exist; by default an existing file is an
+            error and nothing is written.
+
+    Returns:
+        The paths written, in that order.
+
+    Raises:
+        ValueError: a bad ``worker_name``.
+        FileExistsError: one of the files exists and ``overwrite`` is false.
+    """
+    if not isinstance(worker_name, str) or not _WORKER_NAME.fullmatch(worker_name):
+        raise ValueError(
+            f"worker_name {worker_name!r} is not a valid Worker name: use lowercase letters, digits "
+            'and dashes (at most 63, not starting or ending with a dash), e.g. "tslock"'
+        )
+    target = Path(output_dir)
+    contents = {
+        "index.js": (WORKER_DIR / "index.js").read_text(encoding="utf-8"),
+        "wrangler.jsonc": _wrangler_config(worker_name),
+        "DEPLOY.md": DEPLOY_NOTES.format(worker_name=worker_name),
+    }
+    paths = [target / filename for filename in contents]
+    existing = [p for p in paths if p.exists()]
+    if existing and not overwrite:
+        raise FileExistsError(
+            f"{', '.join(str(p) for p in existing)} already exist(s); choose an empty folder or "
+            "pass overwrite=True (--overwrite) to replace them"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        path.write_text(contents[path.name], encoding="utf-8")
+    return paths
+
+
+def _wrangler_config(worker_name: str) -> str:
+    template = (WORKER_DIR / "wrangler.jsonc").read_text(encoding="utf-8")
+    if _NAME_LINE not in template:  # pragma: no cover - guards edits of the template
+        raise RuntimeError("wrangler.jsonc template lost its name line")
+    return template.replace(_NAME_LINE, f'  "name": {json.dumps(worker_name)},\n', 1)

@@ -1,0 +1,521 @@
+// The companion Worker of tslock-django: named, time-bounded locks (ShedLock style)
+// kept in Cloudflare Durable Objects.
+//
+// One LockObject per lock name holds that lock's state in its SQLite storage. A Durable
+// Object handles one event at a time and every read-compare-write below is synchronous
+// SQL, so no two requests can both see a lock as free: that is the whole correctness
+// argument, no quorum or transaction needed. Deadlines come from the object's own clock;
+// clients send durations only.
+//
+// Durable Objects cannot be enumerated, so each LockObject reports every change to one
+// LockIndex object, tagged with a per-name version so that a late report never
+// overwrites a newer one. GET /v1/locks reads the index.
+//
+// Wire protocol v1 (JSON in and out, names only ever in the JSON body or query string):
+//   GET  /v1/health                          no auth
+//   POST /v1/acquire       {name, lock_at_most_for_ms, lock_at_least_for_ms?, locked_by?}
+//   POST /v1/extend        {name, token, lock_at_most_for_ms, lock_at_least_for_ms?}
+//   POST /v1/unlock        {name, token}
+//   POST /v1/force-release {name, fencing_token?, token?}
+//   GET  /v1/locks?prefix=&cursor=&limit=
+// Every route but health needs "Authorization: Bearer <TSLOCK_TOKEN>" (a wrangler secret).
+
+import { DurableObject } from "cloudflare:workers";
+
+const PROTOCOL_VERSION = 1;
+const MAX_NAME_BYTES = 512;
+const MAX_LOCKED_BY_CHARS = 255;
+const MAX_TOKEN_CHARS = 256;
+// About 100 years: keeps now + duration far inside the range of exact integers.
+const MAX_DURATION_MS = 100 * 365 * 24 * 3600 * 1000;
+const MAX_PAGE = 1000;
+const INDEX_OBJECT_NAME = "tslock-index";
+// Tombstones (names whose lock ended) keep their version this long so that a report
+// delayed in flight cannot bring a finished lock back; then they are pruned.
+const TOMBSTONE_KEEP_MS = 10 * 60 * 1000;
+
+const encoder = new TextEncoder();
+
+// ---------------------------------------------------------------------------------
+// Answers and input checks
+
+function reply(status, body) {
+  if (body.now_ms === undefined) body.now_ms = Date.now();
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: { "content-type": "application/json; charset=utf-8", "cache-control": "no-store" },
+  });
+}
+
+class BadRequest extends Error {}
+
+function requireName(body) {
+  const name = body.name;
+  if (typeof name !== "string") throw new BadRequest('"name" is required and must be a string');
+  if (name.length === 0) throw new BadRequest('"name" must not be empty');
+  const size = encoder.encode(name).length;
+  if (size > MAX_NAME_BYTES) {
+    throw new BadRequest(`"name" is ${size} UTF-8 bytes; the limit is ${MAX_NAME_BYTES}`);
+  }
+  return name;
+}
+
+function requireDurations(body) {
+  const atMost = body.lock_at_most_for_ms;
+  if (atMost === undefined || atMost === null) {
+    throw new BadRequest('"lock_at_most_for_ms" is required (a positive integer of milliseconds)');
+  }
+  if (!Number.isInteger(atMost)) {
+    throw new BadRequest('"lock_at_most_for_ms" must be an integer number of milliseconds');
+  }
+  if (atMost <= 0) throw new BadRequest('"lock_at_most_for_ms" must be greater than 0');
+  if (atMost > MAX_DURATION_MS) {
+    throw new BadRequest(`"lock_at_most_for_ms" must be at most ${MAX_DURATION_MS}`);
+  }
+  const atLeast = body.lock_at_least_for_ms ?? 0;
+  if (!Number.isInteger(atLeast)) {
+    throw new BadRequest('"lock_at_least_for_ms" must be an integer number of milliseconds');
+  }
+  if (atLeast < 0) throw new BadRequest('"lock_at_least_for_ms" must not be negative');
+  if (atLeast > atMost) {
+    throw new BadRequest('"lock_at_least_for_ms" must not be greater than "lock_at_most_for_ms"');
+  }
+  return { atMost, atLeast };
+}
+
+function requireToken(body) {
+  const token = body.token;
+  if (typeof token !== "string" || token.length === 0) {
+    throw new BadRequest('"token" is required and must be a non-empty string');
+  }
+  if (token.length > MAX_TOKEN_CHARS) throw new BadRequest(`"token" is longer than ${MAX_TOKEN_CHARS} characters`);
+  return token;
+}
+
+function optionalLockedBy(body) {
+  const lockedBy = body.locked_by ?? "";
+  if (typeof lockedBy !== "string") throw new BadRequest('"locked_by" must be a string');
+  // Count code points, as Python's len() does, so both sides agree on the limit.
+  if ([...lockedBy].length > MAX_LOCKED_BY_CHARS) {
+    throw new BadRequest(`"locked_by" is longer than ${MAX_LOCKED_BY_CHARS} characters`);
+  }
+  return lockedBy;
+}
+
+function optionalExpectation(body) {
+  const expected = {};
+  if (body.fencing_token !== undefined && body.fencing_token !== null) {
+    if (!Number.isInteger(body.fencing_token)) throw new BadRequest('"fencing_token" must be an integer');
+    expected.fencingToken = body.fencing_token;
+  }
+  if (body.token !== undefined && body.token !== null) expected.token = requireToken(body);
+  return expected;
+}
+
+async function readJson(request) {
+  let body;
+  try {
+    body = await request.json();
+  } catch {
+    throw new BadRequest("the request body is not valid JSON");
+  }
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    throw new BadRequest("the request body must be a JSON object");
+  }
+  return body;
+}
+
+async function sha256(text) {
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
+}
+
+function hex(bytes) {
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function newToken() {
+  return hex(crypto.getRandomValues(new Uint8Array(16)));
+}
+
+// Comparing digests (always 32 bytes) hides the secret's length as well as its content.
+async function sameSecret(given, expected) {
+  const [a, b] = await Promise.all([sha256(given), sha256(expected)]);
+  if (crypto.subtle.timingSafeEqual) return crypto.subtle.timingSafeEqual(a, b);
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a[i] ^ b[i];
+  return diff === 0;
+}
+
+async function checkAuth(request, env) {
+  const secret = env.TSLOCK_TOKEN;
+  if (typeof secret !== "string" || secret.length === 0) {
+    return reply(500, {
+      error: "the Worker has no TSLOCK_TOKEN secret; set it with `npx wrangler secret put TSLOCK_TOKEN`",
+    });
+  }
+  const header = request.headers.get("authorization") || "";
+  const match = /^Bearer\s+(.+)$/i.exec(header);
+  if (!match || !(await sameSecret(match[1].trim(), secret))) {
+    return reply(401, { error: "missing or wrong bearer token" });
+  }
+  return null;
+}
+
+// ---------------------------------------------------------------------------------
+// The fetch handler: authenticate, validate, hand the request to the right object.
+
+const ROUTES = {
+  "/v1/health": "GET",
+  "/v1/acquire": "POST",
+  "/v1/extend": "POST",
+  "/v1/unlock": "POST",
+  "/v1/force-release": "POST",
+  "/v1/locks": "GET",
+};
+
+function lockObject(env, name) {
+  return env.LOCKS.get(env.LOCKS.idFromName(name));
+}
+
+function indexObject(env) {
+  return env.LOCK_INDEX.get(env.LOCK_INDEX.idFromName(INDEX_OBJECT_NAME));
+}
+
+async function route(request, env) {
+  const url = new URL(request.url);
+  const method = ROUTES[url.pathname];
+  if (method === undefined) return reply(404, { error: `no route ${url.pathname}` });
+  if (request.method !== method) {
+    const answer = reply(405, { error: `${url.pathname} accepts ${method} only` });
+    answer.headers.set("allow", method);
+    return answer;
+  }
+  if (url.pathname === "/v1/health") return reply(200, { ok: true, version: PROTOCOL_VERSION });
+
+  const refused = await checkAuth(request, env);
+  if (refused) return refused;
+
+  if (url.pathname === "/v1/locks") {
+    const prefix = url.searchParams.get("prefix") || "";
+    const cursor = url.searchParams.get("cursor") || "";
+    const rawLimit = url.searchParams.get("limit");
+    let limit = MAX_PAGE;
+    if (rawLimit !== null && rawLimit !== "") {
+      limit = Number(rawLimit);
+      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) {
+        throw new BadRequest(`"limit" must be an integer from 1 to ${MAX_PAGE}`);
+      }
+    }
+    let after = "";
+    if (cursor) {
+      try {
+        after = decodeCursor(cursor);
+      } catch {
+        throw new BadRequest('"cursor" is not a cursor this Worker returned');
+      }
+    }
+    const page = await indexObject(env).list(prefix, after, limit);
+    return reply(200, page);
+  }
+
+  const body = await readJson(request);
+  const name = requireName(body);
+  const stub = lockObject(env, name);
+  switch (url.pathname) {
+    case "/v1/acquire": {
+      const { atMost, atLeast } = requireDurations(body);
+      return reply(200, await stub.acquire(name, atMost, atLeast, optionalLockedBy(body)));
+    }
+    case "/v1/extend": {
+      const token = requireToken(body);
+      const { atMost, atLeast } = requireDurations(body);
+      return reply(200, await stub.extend(name, token, atMost, atLeast));
+    }
+    case "/v1/unlock":
+      return reply(200, await stub.unlock(name, requireToken(body)));
+    case "/v1/force-release":
+      return reply(200, await stub.forceRelease(name, optionalExpectation(body)));
+  }
+  return reply(404, { error: `no route ${url.pathname}` });
+}
+
+// Cursors are the last name of the previous page, base64url-encoded so that any name
+// (with "&", "/", "%" or any Unicode) travels safely in a query string.
+function encodeCursor(name) {
+  let binary = "";
+  for (const byte of encoder.encode(name)) binary += String.fromCharCode(byte);
+  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+function decodeCursor(cursor) {
+  const binary = atob(cursor.replaceAll("-", "+").replaceAll("_", "/"));
+  const bytes = Uint8Array.from(binary, (c) => c.charCodeAt(0));
+  return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+}
+
+export default {
+  async fetch(request, env) {
+    try {
+      return await route(request, env);
+    } catch (err) {
+      if (err instanceof BadRequest) return reply(400, { error: err.message });
+      console.error("tslock worker: unexpected error", err && err.stack ? err.stack : err);
+      return reply(500, { error: "internal error in the tslock Worker; see its logs" });
+    }
+  },
+};
+
+// ---------------------------------------------------------------------------------
+// LockObject: one per lock name.
+
+export class LockObject extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    // One row (id = 1). token = '' means nobody holds the lock. fencing_token and
+    // version only ever grow, across expiry and force-release alike.
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS lock_state (
+      id INTEGER PRIMARY KEY CHECK (id = 1),
+      name TEXT NOT NULL,
+      locked_at_ms INTEGER NOT NULL DEFAULT 0,
+      lock_until_ms INTEGER NOT NULL DEFAULT 0,
+      at_least_until_ms INTEGER NOT NULL DEFAULT 0,
+      locked_by TEXT NOT NULL DEFAULT '',
+      fencing_token INTEGER NOT NULL DEFAULT 0,
+      released INTEGER NOT NULL DEFAULT 0,
+      token TEXT NOT NULL DEFAULT '',
+      token_fingerprint TEXT NOT NULL DEFAULT '',
+      version INTEGER NOT NULL DEFAULT 0
+    )`);
+  }
+
+  load() {
+    const rows = this.sql.exec("SELECT * FROM lock_state WHERE id = 1").toArray();
+    return rows.length ? rows[0] : null;
+  }
+
+  save(state) {
+    this.sql.exec(
+      `INSERT INTO lock_state (id, name, locked_at_ms, lock_until_ms, at_least_until_ms, locked_by,
+         fencing_token, released, token, token_fingerprint, version)
+       VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET name = excluded.name, locked_at_ms = excluded.locked_at_ms,
+         lock_until_ms = excluded.lock_until_ms, at_least_until_ms = excluded.at_least_until_ms,
+         locked_by = excluded.locked_by, fencing_token = excluded.fencing_token,
+         released = excluded.released, token = excluded.token,
+         token_fingerprint = excluded.token_fingerprint, version = excluded.version`,
+      state.name,
+      state.locked_at_ms,
+      state.lock_until_ms,
+      state.at_least_until_ms,
+      state.locked_by,
+      state.fencing_token,
+      state.released ? 1 : 0,
+      state.token,
+      state.token_fingerprint,
+      state.version,
+    );
+  }
+
+  static isHeld(state, now) {
+    return state !== null && state.token !== "" && state.lock_until_ms > now;
+  }
+
+  static record(state, withToken = false) {
+    const record = {
+      name: state.name,
+      locked_at_ms: state.locked_at_ms,
+      lock_until_ms: state.lock_until_ms,
+      at_least_until_ms: state.at_least_until_ms,
+      locked_by: state.locked_by,
+      fencing_token: state.fencing_token,
+      released: Boolean(state.released),
+      token_fingerprint: state.token_fingerprint,
+    };
+    if (withToken) record.token = state.token;
+    return record;
+  }
+
+  // Persist a change (synchronously, so it is atomic with the read that preceded it),
+  // then set the alarm and report to the index. Nothing awaited here can undo the change.
+  async commit(state, now) {
+    state.version += 1;
+    if (state.lock_until_ms <= now) state.token = "";
+    this.save(state);
+    const held = LockObject.isHeld(state, now);
+    try {
+      if (held) await this.ctx.storage.setAlarm(state.lock_until_ms);
+      else await this.ctx.storage.deleteAlarm();
+    } catch (err) {
+      console.error("tslock worker: could not set the alarm of", state.name, err);
+    }
+    await this.report(state, held ? LockObject.record(state) : null);
+  }
+
+  async report(state, record) {
+    try {
+      const index = this.env.LOCK_INDEX.get(this.env.LOCK_INDEX.idFromName(INDEX_OBJECT_NAME));
+      await index.update(state.name, state.version, record);
+    } catch (err) {
+      // The lock operation itself succeeded; the next change or the alarm re-sends.
+      console.error("tslock worker: could not update the index for", state.name, err);
+    }
+  }
+
+  async acquire(name, atMost, atLeast, lockedBy) {
+    // The token and its digest are made first: awaiting the digest after reading the
+    // state would let another request in between the check and the take.
+    const token = newToken();
+    const fingerprint = hex(await sha256(token)).slice(0, 8);
+    const now = Date.now();
+    const current = this.load();
+    if (LockObject.isHeld(current, now)) {
+      return { acquired: false, record: LockObject.record(current), now_ms: now };
+    }
+    const state = {
+      name,
+      locked_at_ms: now,
+      lock_until_ms: now + atMost,
+      at_least_until_ms: now + atLeast,
+      locked_by: lockedBy,
+      fencing_token: (current ? current.fencing_token : 0) + 1,
+      released: 0,
+      token,
+      token_fingerprint: fingerprint,
+      version: current ? current.version : 0,
+    };
+    await this.commit(state, now);
+    return { acquired: true, record: LockObject.record(state, true), now_ms: now };
+  }
+
+  async extend(name, token, atMost, atLeast) {
+    const now = Date.now();
+    const state = this.load();
+    if (!LockObject.isHeld(state, now) || state.released || state.token !== token) {
+      return { extended: false, now_ms: now };
+    }
+    state.lock_until_ms = now + atMost;
+    state.at_least_until_ms = now + atLeast;
+    await this.commit(state, now);
+    return { extended: true, record: LockObject.record(state, true), now_ms: now };
+  }
+
+  async unlock(name, token) {
+    const now = Date.now();
+    const state = this.load();
+    if (!LockObject.isHeld(state, now) || state.released || state.token !== token) {
+      return { released: false, now_ms: now };
+    }
+    state.lock_until_ms = Math.max(now, state.at_least_until_ms);
+    state.released = 1;
+    await this.commit(state, now);
+    return { released: true, now_ms: now };
+  }
+
+  async forceRelease(name, expected) {
+    const now = Date.now();
+    const state = this.load();
+    if (!LockObject.isHeld(state, now)) return { released: false, now_ms: now };
+    if (expected.fencingToken !== undefined && expected.fencingToken !== state.fencing_token) {
+      return { released: false, now_ms: now };
+    }
+    if (expected.token !== undefined && expected.token !== state.token) {
+      return { released: false, now_ms: now };
+    }
+    state.lock_until_ms = now;
+    state.released = 1;
+    await this.commit(state, now);
+    return { released: true, now_ms: now };
+  }
+
+  async alarm() {
+    const now = Date.now();
+    const state = this.load();
+    if (state === null) return;
+    if (LockObject.isHeld(state, now)) {
+      // Extended since the alarm was set: wake up at the new deadline instead.
+      await this.ctx.storage.setAlarm(state.lock_until_ms);
+      return;
+    }
+    // Expired (or already cleared): clear the token and tell the index again, which
+    // also repairs an index update that failed earlier.
+    await this.commit(state, now);
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// LockIndex: one instance; the list of names whose lock is currently held.
+
+export class LockIndex extends DurableObject {
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    // record IS NULL marks a tombstone: the lock ended, but its version is kept for a
+    // while so that an older report arriving late is recognised and ignored.
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS locks (
+      name TEXT PRIMARY KEY,
+      version INTEGER NOT NULL,
+      lock_until_ms INTEGER NOT NULL,
+      record TEXT,
+      updated_ms INTEGER NOT NULL
+    )`);
+    this.lastPrune = 0;
+  }
+
+  async update(name, version, record) {
+    const now = Date.now();
+    const live = record !== null && record.lock_until_ms > now;
+    this.sql.exec(
+      `INSERT INTO locks (name, version, lock_until_ms, record, updated_ms) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (name) DO UPDATE SET version = excluded.version,
+         lock_until_ms = excluded.lock_until_ms, record = excluded.record, updated_ms = excluded.updated_ms
+       WHERE excluded.version > locks.version`,
+      name,
+      version,
+      live ? record.lock_until_ms : 0,
+      live ? JSON.stringify(record) : null,
+      now,
+    );
+    this.prune(now);
+    return true;
+  }
+
+  // Expired rows become tombstones; old tombstones go. At most once a minute.
+  prune(now) {
+    if (now - this.lastPrune < 60_000) return;
+    this.lastPrune = now;
+    this.sql.exec(
+      "UPDATE locks SET record = NULL, updated_ms = ? WHERE record IS NOT NULL AND lock_until_ms <= ?",
+      now,
+      now,
+    );
+    this.sql.exec("DELETE FROM locks WHERE record IS NULL AND updated_ms < ?", now - TOMBSTONE_KEEP_MS);
+  }
+
+  async list(prefix, after, limit) {
+    const now = Date.now();
+    this.prune(now);
+    // SQLite's substr() counts code points, hence the spread (not .length) below.
+    const rows = this.sql
+      .exec(
+        `SELECT name, record FROM locks
+         WHERE name > ? AND name >= ? AND record IS NOT NULL AND lock_until_ms > ?
+           AND substr(name, 1, ?) = ?
+         ORDER BY name LIMIT ?`,
+        after,
+        prefix,
+        now,
+        [...prefix].length,
+        prefix,
+        limit + 1,
+      )
+      .toArray();
+    const page = rows.slice(0, limit);
+    const more = rows.length > limit;
+    return {
+      locks: page.map((row) => JSON.parse(row.record)),
+      cursor: more ? encodeCursor(page[page.length - 1].name) : null,
+      now_ms: now,
+    };
+  }
+}

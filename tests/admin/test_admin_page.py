@@ -83,7 +83,8 @@ def test_columns_show_times_in_the_admin_time_zone_and_the_progress_bar(
     assert 'class="tslock-bar overdue"' in html  # the expired row's bar is marked overdue
     assert 'style="width: 100%"' in html
     assert 'style="width: 0%"' in html  # the future row has not started yet
-    assert "overdue 30s" in html or "overdue 31s" in html
+    # 30 s overdue when the record was made; a loaded machine may take a few more to render.
+    assert re.search(r"overdue (3\d|4\d)s", html), "the overdue row should say how long ago it ran out"
 
 
 def test_every_state_is_shown(settings: Any, admin_client: Client, locks_url: str) -> None:

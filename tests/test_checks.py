@@ -90,3 +90,27 @@ def test_manage_py_check_reports_the_id(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "tslock.E003" in result.stderr
     assert "unknown OPTIONS key(s) 'colour'" in result.stderr
+
+
+def test_keep_alive_on_workers_kv_with_a_short_lock_is_reported() -> None:
+    kv = {
+        "BACKEND": KV,
+        "OPTIONS": {"account_id": "a", "namespace_id": "n", "api_token": "t", "acknowledge_advisory_lock": True},
+    }
+    with override_settings(TSLOCK_PROVIDERS={"default": kv}):
+        messages = check_keep_alive()
+    # tests/lockapp's locked_keepalive asks for keep-alive with lock_at_most_for=0.4s.
+    assert ids(messages) == ["tslock.E006"]
+    assert "'locked_keepalive'" in messages[0].msg and "0:00:00.400000" in messages[0].msg
+    with override_settings(TSLOCK_PROVIDERS={"default": {**kv, "BACKEND": DB, "OPTIONS": {}}}):
+        assert check_keep_alive() == []
+
+
+@pytest.mark.parametrize("flag", ["true", "1", "yes", "on", True])
+def test_the_acknowledgement_reads_like_the_option(flag: object) -> None:
+    kv = {
+        "BACKEND": KV,
+        "OPTIONS": {"account_id": "a", "namespace_id": "n", "api_token": "t", "acknowledge_advisory_lock": flag},
+    }
+    with override_settings(TSLOCK_PROVIDERS={"default": {"BACKEND": DB}, "kv": kv}):
+        assert check_providers() == []

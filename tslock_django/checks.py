@@ -46,9 +46,8 @@ def check_providers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             )
         )
     for alias, entry in entries.items():
-        if entry["BACKEND"] == KV_BACKEND and entry["OPTIONS"].get("acknowledge_advisory_lock") not in (
-            True,
-            "true",
+        if entry["BACKEND"] == KV_BACKEND and not _acknowledged(
+            entry["OPTIONS"].get("acknowledge_advisory_lock")
         ):
             errors.append(
                 Error(

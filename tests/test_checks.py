@@ -95,7 +95,12 @@ def test_manage_py_check_reports_the_id(tmp_path: Path) -> None:
 def test_keep_alive_on_workers_kv_with_a_short_lock_is_reported() -> None:
     kv = {
         "BACKEND": KV,
-        "OPTIONS": {"account_id": "a", "namespace_id": "n", "api_token": "t", "acknowledge_advisory_lock": True},
+        "OPTIONS": {
+            "account_id": "a",
+            "namespace_id": "n",
+            "api_token": "t",
+            "acknowledge_advisory_lock": True,
+        },
     }
     with override_settings(TSLOCK_PROVIDERS={"default": kv}):
         messages = check_keep_alive()
@@ -110,7 +115,12 @@ def test_keep_alive_on_workers_kv_with_a_short_lock_is_reported() -> None:
 def test_the_acknowledgement_reads_like_the_option(flag: object) -> None:
     kv = {
         "BACKEND": KV,
-        "OPTIONS": {"account_id": "a", "namespace_id": "n", "api_token": "t", "acknowledge_advisory_lock": flag},
+        "OPTIONS": {
+            "account_id": "a",
+            "namespace_id": "n",
+            "api_token": "t",
+            "acknowledge_advisory_lock": flag,
+        },
     }
     with override_settings(TSLOCK_PROVIDERS={"default": {"BACKEND": DB}, "kv": kv}):
         assert check_providers() == []

@@ -115,8 +115,9 @@ def check_database_table(app_configs: Any = None, databases: Any = None, **kwarg
                 Error(
                     f"{SETTING}[{alias!r}]: table tslock_lock is missing in database {using!r} although "
                     "its migration is recorded as applied",
-                    hint=f"Recreate it: 'manage.py migrate tslock_django zero --fake --database {using}' "
-                    f"then 'manage.py migrate tslock_django --database {using}'.",
+                    hint=f"Recreate it: 'manage.py migrate tslock_django zero --fake --skip-checks "
+                    f"--database {using}' then "
+                    f"'manage.py migrate tslock_django --skip-checks --database {using}'.",
                     id="tslock.E007",
                 )
             )

@@ -33,6 +33,7 @@ DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
 }
 
 _ENTRY_KEYS = {"BACKEND", "OPTIONS"}
+RESERVED_OPTION_NAMES = frozenset({"alias", "clock", "transport"})
 
 
 def provider_settings() -> dict[str, dict[str, Any]]:
@@ -131,6 +132,15 @@ class ProviderHandler:
             raise InvalidLockProvider(f"no lock provider {alias!r} in {SETTING}; configured aliases: {known}")
         entry = configured[alias]
         cls = backend_class(alias, entry["BACKEND"])
+        # alias, clock and transport are constructor arguments, not OPTIONS: as OPTIONS
+        # they would clash with the alias or silently replace the provider's clock.
+        reserved = [k for k in entry["OPTIONS"] if not isinstance(k, str) or k in RESERVED_OPTION_NAMES]
+        if reserved:
+            raise InvalidLockProvider(
+                f"{SETTING}[{alias!r}]['OPTIONS'] cannot contain {', '.join(map(repr, reserved))}: "
+                f"OPTIONS are the provider's own settings ({cls.__name__} takes "
+                f"{', '.join(sorted(cls.default_options)) or 'none'})"
+            )
         return cls(alias, **entry["OPTIONS"])
 
     def all(self) -> list[LockProvider]:

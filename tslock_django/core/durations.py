@@ -19,6 +19,8 @@ GRAMMAR_HINT = (
     'use seconds (30 or "30"), units ("500ms", "30s", "5m", "2h", "1d", "1h30m") or ISO-8601 ("PT5M")'
 )
 
+_LONGEST = "the longest duration Python can hold is 999999999 days"
+
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 # Order matters: "ms" must be tried before "m".
 _UNIT_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -49,9 +51,15 @@ def parse_duration(value: DurationLike, *, field: str = "duration") -> timedelta
     elif isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise ValueError(f"{field} must be a finite duration, got {value!r}; {GRAMMAR_HINT}")
-        result = timedelta(seconds=value) if value >= 0 else -timedelta(seconds=-value)
+        try:
+            result = timedelta(seconds=value) if value >= 0 else -timedelta(seconds=-value)
+        except OverflowError:
+            raise ValueError(f"{field} is too long ({value!r}); {_LONGEST}") from None
     elif isinstance(value, str):
-        result = _parse_text(value, field)
+        try:
+            result = _parse_text(value, field)
+        except OverflowError:
+            raise ValueError(f"{field} is too long ({value!r}); {_LONGEST}") from None
     else:
         raise ValueError(f"{field} must be a duration, got {type(value).__name__} {value!r}; {GRAMMAR_HINT}")
     if result < timedelta(0):

@@ -1,0 +1,214 @@
+"""``python -m bench [--quick] [--only SECTION ...]``: run the benchmarks, print a table
+and write ``bench/results/latest.json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "latest.json"
+SECTIONS = ("db", "do", "kv", "admin", "startup")
+SERVERS = {"sqlite": None, "postgres": ("127.0.0.1", 5432), "mariadb": ("127.0.0.1", 3306)}
+
+
+def reachable(address: tuple[str, int] | None) -> bool:
+    import socket
+
+    if address is None:
+        return True
+    try:
+        with socket.create_connection(address, timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import django
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "platform": platform.platform(),
+    }
+
+
+def child(module: str, *args: str, **env: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (few, short rounds)")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
+    parser.add_argument("--output", type=Path, default=RESULTS, help=f"JSON file (default {RESULTS})")
+    args = parser.parse_args(argv)
+    sections = args.only or list(SECTIONS)
+    rounds, seconds = (3, 0.05) if args.quick else (31, 0.3)
+    started = time.monotonic()
+    report: dict[str, Any] = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "quick": args.quick,
+        "machine": machine(),
+        "settings": {"rounds": rounds, "seconds_per_batch": seconds},
+        "missing": [],
+    }
+    if "db" in sections:
+        report["db"] = {}
+        for server, address in SERVERS.items():
+            if not reachable(address):
+                report["missing"].append(f"{server}: not reachable")
+                continue
+            print(f"database: {server} ...", file=sys.stderr, flush=True)
+            report["db"][server] = child("bench.dbbench", str(rounds), str(seconds), BENCH_DB=server)
+    if "do" in sections:
+        if shutil.which("node") is None:
+            report["missing"].append("durable objects: node is not installed")
+        else:
+            print("durable objects (local workerd) ...", file=sys.stderr, flush=True)
+            from bench import dobench
+
+            report["do"] = dobench.run(rounds, seconds)
+    if "kv" in sections:
+        from bench import kvbench
+
+        report["kv"] = kvbench.run()
+    if "admin" in sections:
+        print("admin Locks page ...", file=sys.stderr, flush=True)
+        report["admin"] = child("bench.adminbench", "1000,10000", "3" if args.quick else "9")
+    if "startup" in sections:
+        print("import and start-up ...", file=sys.stderr, flush=True)
+        from bench import startup
+
+        runs = 3 if args.quick else 15
+        report["startup"] = {
+            "import_tslock_django": startup.import_time(runs),
+            "command": startup.command_startup(runs),
+            "httpx_imported": startup.httpx_imported(),
+        }
+    report["targets"] = targets(report)
+    report["elapsed_s"] = round(time.monotonic() - started, 1)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    print(render(report))
+    print(f"\nwritten to {args.output} in {report['elapsed_s']} s", file=sys.stderr)
+    return 0
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    """The project's stated targets, each with the measured value and whether it is met."""
+    found: dict[str, Any] = {}
+    pg = report.get("db", {}).get("postgres")
+    if pg:
+        found["postgres: tslock >= 0.85x raw-sql"] = _target(pg["tslock_over"]["raw-sql"], 0.85, ">=")
+        found["postgres: tslock >= 2x django-db-mutex"] = _target(
+            pg["tslock_over"]["django-db-mutex"], 2, ">="
+        )
+    for server in ("sqlite", "mariadb"):
+        data = report.get("db", {}).get(server)
+        if data:
+            found[f"{server}: tslock >= 0.85x raw-sql (not a stated target)"] = _target(
+                data["tslock_over"]["raw-sql"], 0.85, ">="
+            )
+    do = report.get("do")
+    if do:
+        found["durable objects: time per operation <= 1.2x raw httpx"] = _target(
+            do["tslock_time_over_raw"], 1.2, "<="
+        )
+    httpx = report.get("startup", {}).get("httpx_imported")
+    if httpx:
+        found["httpx not imported without a Cloudflare provider"] = {
+            "value": httpx,
+            "met": not httpx["database provider only"] and httpx["with a cloudflare-do provider"],
+        }
+    return found
+
+
+def _target(value: float, bound: float, op: str) -> dict[str, Any]:
+    met = value >= bound if op == ">=" else value <= bound
+    return {"value": round(value, 3), "bound": f"{op} {bound}", "met": met}
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as plain-text tables (also pasted into docs)."""
+    m = report["machine"]
+    lines = [f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, Django {m['django']}"]
+    if report.get("db"):
+        lines += ["", "lock+unlock cycles/s (median, p10-p90; ratio = tslock median / contender median)"]
+        lines.append(f"{'server':<10} {'contender':<16} {'median':>8} {'p10-p90':>15} {'tslock/x':>9}")
+        for server, data in report["db"].items():
+            for name, r in data["results"].items():
+                ratio = data["tslock_over"].get(name)
+                lines.append(
+                    f"{server:<10} {name:<16} {r['median']:>8.0f} {r['p10']:>7.0f}-{r['p90']:<7.0f} "
+                    f"{'' if ratio is None else f'{ratio:.2f}x':>9}"
+                )
+    do = report.get("do")
+    if do:
+        lines += ["", "Durable Objects on local workerd: ms per operation (median, p10-p90)"]
+        for name, r in do["ms_per_operation"].items():
+            lines.append(f"  {name:<12} {r['median']:.2f} ms  ({r['p90']:.2f}-{r['p10']:.2f})")
+        lines.append(f"  tslock time / raw time: {do['tslock_time_over_raw']:.2f}x")
+        lines.append(f"  HTTP requests per operation: {do['requests_per_operation']}")
+    kv = report.get("kv")
+    if kv:
+        lines += ["", "Workers KV requests per operation (counted by the fake)"]
+        for label, counts in kv["requests"].items():
+            lines.append(f"  {label:<32} {sum(counts.values()):>5}  {counts}")
+    admin = report.get("admin")
+    if admin:
+        lines += ["", "admin Locks page, server time (median, p10-p90)"]
+        for label, r in admin["results"].items():
+            lines.append(f"  {label:<30} {r['median_ms']:>7.1f} ms  ({r['p10_ms']:.1f}-{r['p90_ms']:.1f})")
+    start = report.get("startup")
+    if start:
+        imp, cmd = start["import_tslock_django"], start["command"]
+        lines += [
+            "",
+            f"import tslock_django: {imp['median_us'] / 1000:.1f} ms cumulative (python -X importtime), "
+            f"median of {imp['runs']}",
+            f"command start-up: plain {cmd['bench_plain']['median_ms']:.0f} ms, decorated "
+            f"{cmd['bench_locked']['median_ms']:.0f} ms (+{cmd['decorated_minus_plain_ms']:.0f} ms, "
+            f"{cmd['decorated_over_plain']:.2f}x)",
+            f"httpx imported: {start['httpx_imported']}",
+        ]
+    if report["targets"]:
+        lines += ["", "targets"]
+        for label, t in report["targets"].items():
+            lines.append(f"  [{'met' if t['met'] else 'NOT MET'}] {label}: {t['value']}")
+    if report["missing"]:
+        lines += ["", "not run: " + "; ".join(report["missing"])]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Two tiny management commands for the start-up benchmark (one decorated, one not)."""

@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class BenchAppConfig(AppConfig):
+    name = "bench.benchapp"
+    label = "tslock_bench"

@@ -1,0 +1,55 @@
+"""Requests per Workers KV operation, counted by the in-process fake of the REST API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def run() -> dict[str, Any]:
+    from tslock_django import LockConfiguration
+    from tslock_django.core.clock import MutableClock
+    from tslock_django.providers.cloudflare_kv import KVLockProvider
+    from tslock_django.testing.kv_fake import FakeKVTransport
+
+    clock = MutableClock()
+    kv = FakeKVTransport(clock, api_token="bench-token")
+
+    def provider(**options: Any) -> KVLockProvider:
+        return KVLockProvider(
+            "kv",
+            clock=clock,
+            transport=kv,
+            account_id=kv.account_id,
+            namespace_id=kv.namespace_id,
+            api_token="bench-token",
+            acknowledge_advisory_lock=True,
+            **options,
+        )
+
+    confirming, blind = provider(), provider(confirm_write=False)
+    counts: dict[str, dict[str, int]] = {}
+
+    def measure(label: str, operation: Any) -> Any:
+        # KV takes one write per key per second: step the shared clock between writes.
+        clock.advance(1.1)
+        kv.reset_counts()
+        result = operation()
+        counts[label] = dict(kv.requests)
+        return result
+
+    job = LockConfiguration("job", "5m")
+    held = measure("acquire (confirm_write=True)", lambda: confirming.lock(job))
+    measure("acquire of a held lock", lambda: confirming.lock(job))
+    held = measure("extend", lambda: held.extend("5m"))
+    measure("unlock", held.unlock)
+    held = measure("acquire (confirm_write=False)", lambda: blind.lock(job))
+    measure("unlock (confirm_write=False)", held.unlock)
+    for i in range(5000):
+        record = {"lockUntil": 10**13, "lockedAt": 0, "lockedBy": "bench", "token": f"t{i}"}
+        kv.put_raw(f"tslock:job-{i:05}", json.dumps(record), metadata=record)
+    listed = measure("list_locks of 5,000 locks", confirming.list_locks)
+    assert len(listed) == 5000, len(listed)
+    confirming.close()
+    blind.close()
+    return {"requests": counts, "totals": {k: sum(v.values()) for k, v in counts.items()}}

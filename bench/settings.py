@@ -1,0 +1,78 @@
+"""Settings of the benchmark processes.
+
+One database server per process: ``BENCH_DB`` (``sqlite``, ``postgres`` or ``mariadb``)
+becomes ``DATABASES["default"]``, because django-db-mutex always works on the default
+alias. The benchmark creates its own database (``bench_tslock_<pid>``, or a SQLite file
+under ``var/``) through Django's test-database machinery and drops it afterwards, so it
+never touches the ``test`` databases or another run's tables.
+
+Environment:
+    BENCH_DB           sqlite | postgres | mariadb (default sqlite)
+    BENCH_SQLITE_NAME  the SQLite file to use as is (start-up benchmark)
+    BENCH_PROVIDER     db (default) | memory: the "default" lock provider
+    BENCH_EDGE_URL     add a Durable Object provider "edge" (httpx import check)
+"""
+
+from __future__ import annotations
+
+import os
+
+from testproject.settings import *  # noqa: F403
+from testproject.settings import BASE_DIR, INSTALLED_APPS
+from tslock_django.conf import parse_provider_url
+
+SERVER = os.environ.get("BENCH_DB", "sqlite")
+RUN = f"bench_tslock_{os.getpid()}"
+
+if SERVER == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "test",
+            "USER": "postgres",
+            "HOST": "127.0.0.1",
+            "PORT": "5432",
+            "TEST": {"NAME": RUN},
+        }
+    }
+elif SERVER == "mariadb":
+    import pymysql
+
+    pymysql.install_as_MySQLdb()
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": "test",
+            "USER": "root",
+            "HOST": "127.0.0.1",
+            "PORT": "3306",
+            "OPTIONS": {"charset": "utf8mb4"},
+            "TEST": {"NAME": RUN, "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+        }
+    }
+elif SERVER == "sqlite":
+    fixed = os.environ.get("BENCH_SQLITE_NAME")
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": fixed or str(BASE_DIR / "var" / "bench.sqlite3"),
+            "TEST": {"NAME": fixed or str(BASE_DIR / "var" / f"{RUN}.sqlite3")},
+            "OPTIONS": {"timeout": 20},
+        }
+    }
+else:
+    raise ValueError(f"BENCH_DB must be sqlite, postgres or mariadb, got {SERVER!r}")
+
+INSTALLED_APPS = [*INSTALLED_APPS, "db_mutex", "bench.benchapp"]
+ROOT_URLCONF = "testproject.urls"
+
+TSLOCK_PROVIDERS = {
+    "default": parse_provider_url(
+        "memory://" if os.environ.get("BENCH_PROVIDER") == "memory" else "db://default"
+    )
+}
+if os.environ.get("BENCH_EDGE_URL"):
+    TSLOCK_PROVIDERS["edge"] = parse_provider_url(os.environ["BENCH_EDGE_URL"])
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -1,0 +1,128 @@
+"""Import cost of tslock_django and start-up of a decorated command against an
+undecorated one (real ``python -m django`` processes, alternating)."""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.stats import percentile
+
+ROOT = Path(__file__).resolve().parent.parent
+_IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|\s*(\S+)")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "bench.settings", **extra}
+    for name in ("BENCH_PROVIDER", "BENCH_EDGE_URL", "TSLOCK_URL", "TSLOCK_EDGE_URL"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def import_time(repeats: int) -> dict[str, Any]:
+    """Cumulative microseconds of ``import tslock_django`` (Django included, as it is
+    imported by it), from ``python -X importtime``; the median of ``repeats`` runs."""
+    totals = []
+    for _ in range(repeats):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", "import tslock_django"],
+            cwd=ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        cumulative = [int(m[1]) for m in _IMPORT_LINE.findall(done.stderr) if m[2] == "tslock_django"]
+        totals.append(cumulative[-1])
+    return {
+        "median_us": statistics.median(totals),
+        "min_us": min(totals),
+        "max_us": max(totals),
+        "runs": repeats,
+    }
+
+
+def httpx_imported() -> dict[str, bool]:
+    """Whether httpx ends up in ``sys.modules``: with only the database provider (after
+    building it and running a decorated command), and with a Durable Object provider."""
+    probe = (
+        "import sys, django; django.setup()\n"
+        "from django.core.management import call_command\n"
+        "from tslock_django import providers\n"
+        "providers['default']\n"
+        "call_command('bench_locked')\n"
+        "if 'edge' in providers: providers['edge']\n"
+        "print('HTTPX', 'httpx' in sys.modules)\n"
+    )
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        db = _migrated_sqlite(Path(tmp))
+        for label, extra in {
+            "database provider only": {},
+            "with a cloudflare-do provider": {"BENCH_EDGE_URL": "cloudflare-do+http://t@127.0.0.1:9/"},
+        }.items():
+            done = subprocess.run(
+                [sys.executable, "-c", probe],
+                cwd=ROOT,
+                env=_env(BENCH_SQLITE_NAME=str(db), **extra),
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            results[label] = done.stdout.strip().endswith("HTTPX True")
+    return results
+
+
+def _migrated_sqlite(folder: Path) -> Path:
+    db = folder / "startup.sqlite3"
+    subprocess.run(
+        [sys.executable, "-m", "django", "migrate", "--verbosity", "0"],
+        cwd=ROOT,
+        env=_env(BENCH_SQLITE_NAME=str(db)),
+        check=True,
+    )
+    return db
+
+
+def command_startup(repeats: int) -> dict[str, Any]:
+    """Wall time of ``python -m django bench_plain`` and ``bench_locked`` (SQLite
+    database provider), alternating, ``repeats`` each."""
+    samples: dict[str, list[float]] = {"bench_plain": [], "bench_locked": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = _env(BENCH_SQLITE_NAME=str(_migrated_sqlite(Path(tmp))))
+        for i in range(repeats):
+            order = ["bench_plain", "bench_locked"] if i % 2 == 0 else ["bench_locked", "bench_plain"]
+            for command in order:
+                started = time.perf_counter()
+                subprocess.run(
+                    [sys.executable, "-m", "django", command],
+                    cwd=ROOT,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
+                samples[command].append((time.perf_counter() - started) * 1000)
+    summary = {
+        name: {
+            "median_ms": statistics.median(values),
+            "p10_ms": percentile(values, 0.1),
+            "p90_ms": percentile(values, 0.9),
+            "runs": len(values),
+        }
+        for name, values in samples.items()
+    }
+    summary["decorated_minus_plain_ms"] = (
+        summary["bench_locked"]["median_ms"] - summary["bench_plain"]["median_ms"]
+    )
+    summary["decorated_over_plain"] = (
+        summary["bench_locked"]["median_ms"] / summary["bench_plain"]["median_ms"]
+    )
+    return summary

@@ -33,7 +33,7 @@ DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
 }
 
 _ENTRY_KEYS = {"BACKEND", "OPTIONS"}
-RESERVED_OPTION_NAMES = frozenset({"alias", "clock", "transport"})
+RESERVED_OPTION_NAMES = frozenset({"alias", "transport"})
 
 
 def provider_settings() -> dict[str, dict[str, Any]]:
@@ -130,18 +130,30 @@ class ProviderHandler:
         if alias not in configured:
             known = ", ".join(map(repr, configured)) or "(none)"
             raise InvalidLockProvider(f"no lock provider {alias!r} in {SETTING}; configured aliases: {known}")
+        from .core.clock import ClockProvider
+
         entry = configured[alias]
         cls = backend_class(alias, entry["BACKEND"])
-        # alias, clock and transport are constructor arguments, not OPTIONS: as OPTIONS
-        # they would clash with the alias or silently replace the provider's clock.
-        reserved = [k for k in entry["OPTIONS"] if not isinstance(k, str) or k in RESERVED_OPTION_NAMES]
+        options = dict(entry["OPTIONS"])
+        # alias and transport are constructor arguments, not OPTIONS: as OPTIONS they would
+        # clash with the alias or bypass the provider's own HTTP client.
+        reserved = [k for k in options if not isinstance(k, str) or k in RESERVED_OPTION_NAMES]
         if reserved:
             raise InvalidLockProvider(
                 f"{SETTING}[{alias!r}]['OPTIONS'] cannot contain {', '.join(map(repr, reserved))}: "
                 f"OPTIONS are the provider's own settings ({cls.__name__} takes "
-                f"{', '.join(sorted(cls.default_options)) or 'none'})"
+                f"{', '.join(sorted(cls.default_options)) or 'none'}, and 'clock')"
             )
-        return cls(alias, **entry["OPTIONS"])
+        # Every provider accepts a clock (tests configure a MutableClock this way); it must
+        # be one, or expiry would be decided by whatever object was put there.
+        clock = options.pop("clock", None)
+        if clock is not None and not isinstance(clock, ClockProvider):
+            raise InvalidLockProvider(
+                f"{SETTING}[{alias!r}]['OPTIONS']['clock'] must be a ClockProvider (an object with "
+                "now() returning an aware datetime, e.g. tslock_django.MutableClock()), "
+                f"got {type(clock).__name__}"
+            )
+        return cls(alias, clock=clock, **options)
 
     def all(self) -> list[LockProvider]:
         """Every configured provider (built on demand)."""

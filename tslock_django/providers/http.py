@@ -17,6 +17,12 @@ import httpx
 
 from ..exceptions import LockProviderError, LockRateLimited
 
+#: As many idle keep-alive connections as open ones. With fewer (httpx keeps 20 by
+#: default), httpcore 1.0.x can close an idle connection it has just handed to a waiting
+#: thread when more threads than that share one provider, and the request fails with
+#: EBADF (encode/httpcore#1110); seen here with 50 threads on one provider.
+POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+
 
 def make_client(
     *,
@@ -32,6 +38,7 @@ def make_client(
         headers=headers,
         timeout=httpx.Timeout(timeout),
         transport=transport,
+        limits=POOL_LIMITS,
         follow_redirects=False,
     )
 

@@ -57,6 +57,8 @@ and Node.js; nothing here needs a build step.
 Keep `migrations` in wrangler.jsonc as it is: Durable Object classes are created by
 migration tag `v1`, and renaming a class or tag later needs a new migration.
 Rotating the secret: run step 1 again; clients with the old secret get HTTP 401.
+Logs: the Worker logs only failures (for example an index update that did not go
+through); watch them with `npx wrangler tail`.
 """
 
 

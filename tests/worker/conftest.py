@@ -1,0 +1,79 @@
+"""Fixtures for the Durable Objects provider: one real Workers runtime (workerd via
+Miniflare) for the whole session, and a fresh provider per test on a key prefix of its
+own so that tests never see each other's locks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
+from tslock_django.testing.worker_runtime import LocalWorker
+
+NODE_MISSING = shutil.which("node") is None
+
+
+def require_node() -> None:
+    """Skip (with the reason) when Node.js is absent on a developer machine; under CI
+    the runtime is required, so the start-up error is raised instead."""
+    if NODE_MISSING and not os.environ.get("CI"):
+        pytest.skip("Node.js is not installed: the real Workers runtime (Miniflare/workerd) needs node >= 20")
+
+
+@pytest.fixture
+def node() -> str:
+    """The path of node (skips per the rule above when it is absent)."""
+    require_node()
+    return shutil.which("node") or "node"
+
+
+@pytest.fixture(scope="session")
+def local_worker() -> Iterator[LocalWorker]:
+    """The tslock Worker on the real Workers runtime, shared by the session."""
+    require_node()
+    with LocalWorker() as worker:
+        yield worker
+
+
+@pytest.fixture(scope="session")
+def worker_without_secret() -> Iterator[LocalWorker]:
+    """A second runtime started without TSLOCK_TOKEN, as a deployment that forgot the secret."""
+    require_node()
+    with LocalWorker(token="") as worker:
+        yield worker
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+def provider(local_worker: LocalWorker, key_prefix: str) -> Iterator[DurableObjectLockProvider]:
+    """A fresh provider against the runtime, isolated by its own key_prefix."""
+    instance = DurableObjectLockProvider(
+        "edge", url=local_worker.url, token=local_worker.token, key_prefix=key_prefix
+    )
+    yield instance
+    instance.close()
+
+
+@pytest.fixture
+def advance() -> Callable[[float], None]:
+    """Moves time forward for the store. The Durable Object's clock is real, so: sleep."""
+    return time.sleep
+
+
+@pytest.fixture
+def api(local_worker: LocalWorker) -> Iterator[httpx.Client]:
+    """A raw, authenticated HTTP client for the Worker's protocol."""
+    with httpx.Client(
+        base_url=local_worker.url, headers={"Authorization": f"Bearer {local_worker.token}"}, timeout=10
+    ) as client:
+        yield client

@@ -1,0 +1,452 @@
+"""DurableObjectLockProvider: contention, persistence, options and failure mapping."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tslock_django.core.configuration import LockConfiguration
+from tslock_django.core.provider import SimpleLock
+from tslock_django.core.records import LockRecord, fingerprint
+from tslock_django.exceptions import InvalidLockProvider, LockProviderError, LockRateLimited
+from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
+from tslock_django.testing.worker_runtime import LocalWorker
+
+SECRET = "sup3r-secret-value-XYZ"
+
+
+def config(name: str, at_most: Any = "5m", at_least: Any = 0) -> LockConfiguration:
+    return LockConfiguration(name, at_most, at_least)
+
+
+# -- contention ------------------------------------------------------------------------
+
+
+def test_fifty_concurrent_acquires_have_exactly_one_winner_every_round(
+    provider: DurableObjectLockProvider,
+) -> None:
+    contenders = 50
+    with ThreadPoolExecutor(max_workers=contenders) as pool:
+        for round_ in range(20):
+            name = f"race-{round_}"
+            start = threading.Barrier(contenders)
+
+            def contend(name: str = name, start: threading.Barrier = start) -> Any:
+                start.wait()
+                return provider.attempt(config(name))
+
+            outcomes = list(pool.map(lambda _: contend(), range(contenders)))
+            winners = [o.held for o in outcomes if o.held is not None]
+            assert len(winners) == 1, f"round {round_}: {len(winners)} winners"
+            holders = {o.holder.token_fingerprint for o in outcomes if o.holder is not None}
+            assert holders == {winners[0].record.token_fingerprint}
+            assert winners[0].fencing_token == 1
+
+
+def test_a_wrong_token_unlock_through_the_provider_changes_nothing(
+    provider: DurableObjectLockProvider,
+) -> None:
+    held = provider.lock(config("job"))
+    assert held is not None
+
+    def impostor() -> SimpleLock:
+        record = LockRecord(
+            name="job",
+            lock_until=held.record.lock_until,
+            locked_at=held.record.locked_at,
+            locked_by="impostor",
+            token="f" * 32,
+        )
+        return provider.handle(record, config("job"))
+
+    assert impostor().unlock() is False
+    assert impostor().extend("1h") is None
+    [listed] = provider.list_locks()
+    assert listed.token_fingerprint == fingerprint(held.token)
+    assert listed.lock_until == held.record.lock_until
+    assert provider.lock(config("job")) is None
+    assert held.unlock() is True
+
+
+def test_the_holder_record_says_who_holds_it(provider: DurableObjectLockProvider) -> None:
+    held = provider.lock(config("report", "10m", "1m"))
+    assert held is not None
+    assert held.lock_at_least_until == held.record.locked_at + timedelta(minutes=1)
+    attempt = provider.attempt(config("report"))
+    assert attempt.held is None
+    assert attempt.holder is not None
+    assert attempt.holder.name == "report"
+    assert attempt.holder.locked_by == provider.locked_by
+    assert attempt.holder.token == ""
+    assert attempt.holder.fencing_token == held.fencing_token
+    assert attempt.holder.lock_until == held.record.lock_until
+    assert attempt.holder.lock_until.tzinfo is not None
+
+
+def test_key_prefix_separates_providers_on_one_worker(local_worker: LocalWorker) -> None:
+    run = uuid.uuid4().hex[:8]
+    one = DurableObjectLockProvider(
+        "one", url=local_worker.url, token=local_worker.token, key_prefix=f"{run}-a:"
+    )
+    two = DurableObjectLockProvider(
+        "two", url=local_worker.url, token=local_worker.token, key_prefix=f"{run}-a:b"
+    )
+    try:
+        assert one.lock(config("job")) is not None
+        assert two.lock(config("job")) is not None
+        # "a:" + "bjob" and "a:b" + "job" are the same key: the prefix is plain concatenation.
+        assert one.lock(config("bjob")) is None
+        assert [r.name for r in one.list_locks()] == ["bjob", "job"]
+        assert [r.name for r in two.list_locks()] == ["job"]
+    finally:
+        one.close()
+        two.close()
+
+
+def test_provider_survives_close_and_is_usable_again(provider: DurableObjectLockProvider) -> None:
+    assert provider.lock(config("a")) is not None
+    provider.close()
+    provider.close()
+    assert provider.lock(config("b")) is not None
+    assert [r.name for r in provider.list_locks()] == ["a", "b"]
+
+
+def test_list_locks_follows_cursors(
+    provider: DurableObjectLockProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tslock_django.providers.cloudflare_do as module
+
+    monkeypatch.setattr(module, "PAGE_SIZE", 2)
+    names = [f"n{i:02d}" for i in range(7)]
+    for name in names:
+        assert provider.lock(config(name)) is not None
+    assert [r.name for r in provider.list_locks()] == names
+    assert [r.name for r in provider.list_locks(prefix="n0")] == names
+
+
+# -- persistence -----------------------------------------------------------------------
+
+
+def test_state_survives_a_runtime_restart_with_persistence(tmp_path: Path, local_worker: LocalWorker) -> None:
+    with LocalWorker(token=SECRET, persist_dir=tmp_path / "state") as worker:
+        before = DurableObjectLockProvider("p", url=worker.url, token=SECRET)
+        held = before.lock(config("nightly"))
+        assert held is not None
+        before.close()
+        worker.restart()
+        after = DurableObjectLockProvider("p", url=worker.url, token=SECRET)
+        try:
+            holder = after.attempt(config("nightly")).holder
+            assert holder is not None
+            assert holder.token_fingerprint == held.record.token_fingerprint
+            assert [r.name for r in after.list_locks()] == ["nightly"]
+            assert after.force_unlock("nightly", expected=held.fencing_token) is True
+            again = after.lock(config("nightly"))
+            assert again is not None
+            assert held.fencing_token is not None
+            assert again.fencing_token == held.fencing_token + 1, "the fencing counter was reset"
+        finally:
+            after.close()
+    assert any((tmp_path / "state").iterdir())
+
+
+# -- failures are LockProviderError, never "held", never with the token ------------------
+
+
+def assert_provider_error(
+    call: Callable[[], object], *, status: int | None = None, says: str = ""
+) -> LockProviderError:
+    with pytest.raises(LockProviderError) as caught:
+        call()
+    error = caught.value
+    assert SECRET not in str(error)
+    assert SECRET not in repr(error.args)
+    assert error.alias == "edge"
+    if status is not None:
+        assert error.status_code == status
+    if says:
+        assert says in str(error)
+    return error
+
+
+def test_a_worker_without_its_secret_is_an_error_not_held(worker_without_secret: LocalWorker) -> None:
+    provider = DurableObjectLockProvider("edge", url=worker_without_secret.url, token=SECRET)
+    try:
+        assert_provider_error(lambda: provider.lock(config("x")), status=500, says="TSLOCK_TOKEN")
+    finally:
+        provider.close()
+
+
+def test_a_wrong_token_is_a_401_error_without_the_token(local_worker: LocalWorker) -> None:
+    provider = DurableObjectLockProvider("edge", url=local_worker.url, token=SECRET)
+    try:
+        error = assert_provider_error(lambda: provider.lock(config("x")), status=401, says="HTTP 401")
+        assert "check the token" in str(error)
+        assert_provider_error(provider.list_locks, status=401)
+        assert_provider_error(lambda: provider.force_unlock("x", expected=None), status=401)
+    finally:
+        provider.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A TCP server that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+def test_a_timeout_is_an_error(silent_server: str) -> None:
+    provider = DurableObjectLockProvider("edge", url=silent_server, token=SECRET, timeout=0.2)
+    try:
+        error = assert_provider_error(lambda: provider.lock(config("x")), says="did not answer in time")
+        assert isinstance(error.__cause__, httpx.TimeoutException)
+    finally:
+        provider.close()
+
+
+def test_a_refused_connection_is_an_error() -> None:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now
+    provider = DurableObjectLockProvider("edge", url=f"http://127.0.0.1:{port}", token=SECRET)
+    try:
+        error = assert_provider_error(lambda: provider.lock(config("x")), says="could not reach the store")
+        assert isinstance(error.__cause__, httpx.ConnectError)
+    finally:
+        provider.close()
+
+
+def mock_provider(handler: Callable[[httpx.Request], httpx.Response]) -> DurableObjectLockProvider:
+    return DurableObjectLockProvider(
+        "edge", url="https://locks.example.test", token=SECRET, transport=httpx.MockTransport(handler)
+    )
+
+
+GOOD_RECORD = {
+    "name": "x",
+    "locked_at_ms": 1_700_000_000_000,
+    "lock_until_ms": 1_700_000_060_000,
+    "at_least_until_ms": 1_700_000_000_000,
+    "locked_by": "h:1",
+    "fencing_token": 3,
+    "released": False,
+    "token_fingerprint": "abcd1234",
+}
+
+GARBAGE = [
+    ("html-502", 502, "<html>bad gateway</html>", "HTTP 502"),
+    ("html-200", 200, "<html>captive portal</html>", "not JSON"),
+    ("json-list", 200, "[1, 2]", "not a JSON object"),
+    ("no-flag", 200, json.dumps({"record": GOOD_RECORD}), "'acquired'"),
+    ("string-flag", 200, json.dumps({"acquired": "yes", "record": GOOD_RECORD}), "'acquired'"),
+    ("acquired-no-record", 200, json.dumps({"acquired": True}), "'record'"),
+    ("acquired-no-token", 200, json.dumps({"acquired": True, "record": GOOD_RECORD}), "token"),
+    ("held-no-record", 200, json.dumps({"acquired": False}), "'record'"),
+    (
+        "held-bad-record",
+        200,
+        json.dumps({"acquired": False, "record": {**GOOD_RECORD, "lock_until_ms": "soon"}}),
+        "lock_until_ms",
+    ),
+    (
+        "held-bool-fencing",
+        200,
+        json.dumps({"acquired": False, "record": {**GOOD_RECORD, "fencing_token": True}}),
+        "fencing_token",
+    ),
+    ("echoes-secret", 500, json.dumps({"error": f"bad Authorization: Bearer {SECRET}"}), "HTTP 500"),
+    ("rate-limited", 429, json.dumps({"error": "slow down"}), "HTTP 429"),
+]
+
+
+@pytest.mark.parametrize(("status", "body", "says"), [g[1:] for g in GARBAGE], ids=[g[0] for g in GARBAGE])
+def test_garbage_answers_are_errors_without_the_token(status: int, body: str, says: str) -> None:
+    provider = mock_provider(lambda request: httpx.Response(status, text=body))
+    error = assert_provider_error(lambda: provider.lock(config("x")), says=says)
+    assert error.status_code == status
+    assert isinstance(error, LockRateLimited) == (status == 429)
+
+
+def test_the_request_carries_the_bearer_token_and_the_name_only_in_the_body() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"acquired": False, "record": {**GOOD_RECORD, "name": "a/b%c?"}})
+
+    holder = mock_provider(handler).attempt(config("a/b%c?", "90s", "1500ms")).holder
+    assert holder is not None and holder.name == "a/b%c?"
+    [request] = seen
+    assert request.url.path == "/v1/acquire"
+    assert request.headers["authorization"] == f"Bearer {SECRET}"
+    body = json.loads(request.content)
+    assert body["name"] == "a/b%c?"
+    assert body["lock_at_most_for_ms"] == 90_000
+    assert body["lock_at_least_for_ms"] == 1_500
+
+
+def test_a_record_outside_the_key_prefix_is_an_error() -> None:
+    provider = DurableObjectLockProvider(
+        "edge",
+        url="https://locks.example.test",
+        token=SECRET,
+        key_prefix="mine:",
+        transport=httpx.MockTransport(
+            lambda r: httpx.Response(200, json={"acquired": False, "record": GOOD_RECORD})
+        ),
+    )
+    assert_provider_error(lambda: provider.lock(config("x")), says="key_prefix")
+
+
+def test_a_repeating_cursor_is_an_error_not_an_endless_loop() -> None:
+    provider = mock_provider(lambda r: httpx.Response(200, json={"locks": [], "cursor": "again"}))
+    assert_provider_error(provider.list_locks, says="cursor")
+
+
+def test_unlock_and_force_unlock_need_their_flag() -> None:
+    provider = mock_provider(lambda r: httpx.Response(200, json={"ok": True}))
+    assert_provider_error(lambda: provider.force_unlock("x", expected=3), says="'released'")
+
+
+# -- options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"token": SECRET}, "'url'"),
+        ({"url": "https://h.example"}, "'token'"),
+        ({"url": "ftp://h.example", "token": SECRET}, "http(s)"),
+        ({"url": "h.example", "token": SECRET}, "http(s)"),
+        ({"url": "https://", "token": SECRET}, "http(s)"),
+        ({"url": f"https://user:{SECRET}@h.example", "token": SECRET}, "credentials"),
+        ({"url": "https://h.example?x=1", "token": SECRET}, "query"),
+        ({"url": "https://h.example:99999", "token": SECRET}, "port"),
+        ({"url": 5, "token": SECRET}, "string"),
+        ({"url": "https://h.example", "token": ""}, "non-empty"),
+        ({"url": "https://h.example", "token": 123}, "non-empty"),
+        ({"url": "https://h.example", "token": "has space"}, "printable ASCII"),
+        ({"url": "https://h.example", "token": "line\nbreak"}, "printable ASCII"),
+        ({"url": "https://h.example", "token": SECRET, "timeout": 0}, "'timeout'"),
+        ({"url": "https://h.example", "token": SECRET, "timeout": "ten"}, "'timeout'"),
+        ({"url": "https://h.example", "token": SECRET, "timeout": "-1"}, "'timeout'"),
+        ({"url": "https://h.example", "token": SECRET, "timeout": True}, "'timeout'"),
+        ({"url": "https://h.example", "token": SECRET, "key_prefix": 3}, "'key_prefix'"),
+        ({"url": "https://h.example", "token": SECRET, "key_prefix": "p" * 512}, "'key_prefix'"),
+        ({"url": "https://h.example", "token": SECRET, "api_token": "x"}, "'api_token'"),
+    ],
+)
+def test_bad_options_are_refused_without_echoing_the_secret(options: dict[str, Any], says: str) -> None:
+    with pytest.raises(InvalidLockProvider) as caught:
+        DurableObjectLockProvider("edge", **options)
+    assert says in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+def test_repr_and_guarantee() -> None:
+    provider = DurableObjectLockProvider("edge", url="http://127.0.0.1:8787/", token=SECRET)
+    assert SECRET not in repr(provider)
+    assert "***" in repr(provider)
+    assert provider.guarantee == "strong"
+    assert provider.max_key_bytes == 512
+    with pytest.raises(ValueError, match="too long"):
+        provider.lock(config("é" * 257))
+
+
+def test_a_url_with_a_path_is_kept_as_the_base() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(200, json={"released": False})
+
+    provider = DurableObjectLockProvider(
+        "edge", url="https://h.example/locks/", token=SECRET, transport=httpx.MockTransport(handler)
+    )
+    assert provider.force_unlock("x", expected=None) is False
+    assert seen == ["/locks/v1/force-release"]
+
+
+@pytest.fixture
+def canned_proxy() -> Iterator[tuple[str, list[str]]]:
+    """A plain-HTTP proxy stand-in that answers every request itself, recording the
+    absolute URLs it was asked for."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            asked.append(self.path)
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            body = b'{"released": false, "now_ms": 1}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_the_proxy_from_the_environment_is_used(
+    canned_proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy, asked = canned_proxy
+    for key in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("http_proxy", proxy)
+    provider = DurableObjectLockProvider("edge", url="http://locks.invalid", token=SECRET)
+    try:
+        assert provider.force_unlock("x", expected=None) is False
+    finally:
+        provider.close()
+    assert asked == ["http://locks.invalid/v1/force-release"]
+
+    monkeypatch.setenv("no_proxy", "locks.invalid")
+    bypassing = DurableObjectLockProvider("edge", url="http://locks.invalid", token=SECRET, timeout=2)
+    try:
+        assert_provider_error(lambda: bypassing.force_unlock("x", expected=None), says="could not reach")
+    finally:
+        bypassing.close()
+    assert len(asked) == 1

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from tslock_django import locked_command
 
 
-@locked_command(lock_at_most_for="2m", lock_at_least_for="5s")
+@locked_command(lock_at_most_for="2m", lock_at_least_for="10s")
 class Command(BaseCommand):
     help = "Pretend to build a report for a few seconds while holding the 'demo_report' lock."
 

@@ -75,11 +75,8 @@ class lock:
     # -- context manager ---------------------------------------------------------------
 
     def __enter__(self) -> HeldLock:
-        held, token = self._enter()
-        if held is None:
-            raise token  # the LockHeld built by _enter
-        stack = self._stack()
-        stack.append((held, token))
+        held, token = self._acquire()
+        self._stack().append((held, token))
         return held
 
     def __exit__(
@@ -94,18 +91,19 @@ class lock:
             stack = self._local.stack = []
         return stack
 
-    def _enter(self) -> tuple[HeldLock | None, Any]:
-        """Acquire; returns (held, context token) or (None, LockHeld error)."""
+    def _acquire(self) -> tuple[HeldLock, Any]:
+        """Acquire; returns the held lock and the context token to release it with
+        (``None`` when re-entrant: the outer holder releases). Raises ``LockHeld``."""
         existing = current_lock(self.config.name)
         if existing is not None:
-            return existing, None  # re-entrant: nothing to release on exit
+            return existing, None
         from . import providers
 
         provider = providers.get(self.using)
         check_keep_alive(provider, self.config, self.keep_alive)
         attempt = acquire(provider, self.config, wait=self.wait)
         if attempt.held is None:
-            return None, LockHeld(self.config.name, attempt.holder)
+            raise LockHeld(self.config.name, attempt.holder)
         held = HeldLock(attempt.held, keep_alive=self.keep_alive)
         return held, push_held(held)
 
@@ -114,10 +112,11 @@ class lock:
     def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
         @functools.wraps(func)
         def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
-            held, token = self._enter()
-            if held is None:
+            try:
+                held, token = self._acquire()
+            except LockHeld:
                 if self.on_locked == "raise":
-                    raise token
+                    raise
                 return None
             try:
                 return func(*args, **kwargs)

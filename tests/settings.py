@@ -43,7 +43,7 @@ if CI or reachable("127.0.0.1", 5432):
         "USER": "postgres",
         "HOST": "127.0.0.1",
         "PORT": "5432",
-        "TEST": {"NAME": f"test_{RUN}"},
+        "TEST": {"NAME": f"test_{RUN}", "DEPENDENCIES": []},
     }
 if CI or reachable("127.0.0.1", 3306):
     import pymysql
@@ -56,7 +56,12 @@ if CI or reachable("127.0.0.1", 3306):
         "HOST": "127.0.0.1",
         "PORT": "3306",
         "OPTIONS": {"charset": "utf8mb4"},
-        "TEST": {"NAME": f"test_{RUN}", "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+        "TEST": {
+            "NAME": f"test_{RUN}",
+            "CHARSET": "utf8mb4",
+            "COLLATION": "utf8mb4_unicode_ci",
+            "DEPENDENCIES": [],
+        },
     }
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.lockapp"]  # noqa: F405

@@ -61,12 +61,12 @@ def test_a_dropped_table_is_reported() -> None:
     from tslock_django.models import Lock
 
     with connection.schema_editor() as editor:
-        editor.delete_model(Lock)
+        editor.alter_db_table(Lock, "tslock_lock", "tslock_lock_moved")
     try:
         messages = check_database_table(databases=["default"])
     finally:
         with connection.schema_editor() as editor:
-            editor.create_model(Lock)
+            editor.alter_db_table(Lock, "tslock_lock_moved", "tslock_lock")
     assert ids(messages) == ["tslock.E007"]
     assert "migrate tslock_django" in (messages[0].hint or "")
 

@@ -89,7 +89,7 @@ def test_a_refused_extend_leaves_the_handle_usable() -> None:
 
 def test_keep_alive_survives_a_transient_failure() -> None:
     store = FlakyStore("flaky")
-    held = store.lock(LockConfiguration("job", "0.4s"))
+    held = store.lock(LockConfiguration("job", "0.6s"))
     assert held is not None
     store.failures = 1
     failures = []
@@ -98,7 +98,7 @@ def test_keep_alive_survives_a_transient_failure() -> None:
     )
     try:
         keeper = HeldLock(held, keep_alive=True)
-        time.sleep(1.0)
+        time.sleep(1.5)
         assert not keeper.lost.is_set()
         assert keeper.record.lock_until > held.record.lock_until, "a later extension succeeded"
         keeper.release()

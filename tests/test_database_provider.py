@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from django.db import connections, transaction
@@ -21,6 +22,7 @@ class Rollback(Exception):
 
 class DatabaseBehaviour:
     using = "default"
+    one_writer = False  # SQLite: a lock inside the caller's transaction is refused
 
     @pytest.fixture
     def provider(self) -> Iterator[DatabaseLockProvider]:
@@ -47,6 +49,10 @@ class DatabaseBehaviour:
         self, provider: DatabaseLockProvider
     ) -> None:
         config = LockConfiguration("in-atomic", "1m")
+        if self.one_writer:
+            with transaction.atomic(using=self.using), pytest.raises(LockProviderError, match="one writer"):
+                provider.lock(config)
+            return
         with pytest.raises(Rollback), transaction.atomic(using=self.using):
             held = provider.lock(config)
             assert held is not None
@@ -60,25 +66,66 @@ class DatabaseBehaviour:
         config = LockConfiguration("unlock-in-atomic", "1m")
         held = provider.lock(config)
         assert held is not None
+        if self.one_writer:
+            return
         with transaction.atomic(using=self.using):
             assert held.unlock() is True
             assert self.other_process_gets(config) is True
 
-    def test_missing_table_is_a_store_failure_not_held(self, provider: DatabaseLockProvider) -> None:
-        connection = connections[self.using]
-        with connection.schema_editor() as editor:
-            editor.delete_model(Lock)
+    def test_with_autocommit_off_the_lock_is_still_its_own_transaction(
+        self, provider: DatabaseLockProvider
+    ) -> None:
+        config = LockConfiguration("no-autocommit", "1m")
+        transaction.set_autocommit(False, using=self.using)
         try:
-            with pytest.raises(LockProviderError) as caught:
-                provider.lock(LockConfiguration("job", "1m"))
-            assert "lock provider 'db': acquire 'job': database" in str(caught.value)
-            assert caught.value.alias == "db" and caught.value.__cause__ is not None
-            with pytest.raises(LockProviderError):
-                provider.list_locks()
+            if self.one_writer:
+                with pytest.raises(LockProviderError, match="autocommit off"):
+                    provider.lock(config)
+                return
+            held = provider.lock(config)
+            assert held is not None
+            assert self.other_process_gets(config) is False, "visible before the caller commits"
+            transaction.rollback(using=self.using)
         finally:
-            with connection.schema_editor() as editor:
-                editor.create_model(Lock)
-        assert provider.lock(LockConfiguration("job", "1m")) is not None, "the provider recovers"
+            transaction.set_autocommit(True, using=self.using)
+        assert self.other_process_gets(config) is False, "the caller's rollback must not undo the lock"
+        assert held.unlock() is True
+        second = provider.lock(config)
+        assert second is not None and second.fencing_token == 2
+
+    @pytest.mark.parametrize(("use_tz", "zone"), [(False, "Asia/Tokyo"), (True, "America/New_York")])
+    def test_times_mean_the_same_instant_whatever_the_time_zone_settings(
+        self, settings: Any, provider: DatabaseLockProvider, use_tz: bool, zone: str
+    ) -> None:
+        settings.USE_TZ = use_tz
+        settings.TIME_ZONE = zone
+        connections[self.using].close()  # reconnect with the new session time zone
+        try:
+            before = datetime.now(timezone.utc)
+            held = provider.lock(LockConfiguration("zoned", "1m", "1s"))
+            assert held is not None
+            after = datetime.now(timezone.utc)
+            # The database's clock is this machine's; a skew of a second covers rounding.
+            slack = timedelta(seconds=1)
+            assert before - slack <= held.record.locked_at <= after + slack
+            assert held.record.lock_until - held.record.locked_at == timedelta(minutes=1)
+            assert held.unlock() is True
+            (record,) = provider.list_locks("zoned")
+            assert record.lock_until - record.locked_at == timedelta(seconds=1)
+            assert record.lock_until <= after + timedelta(seconds=2), (
+                "the at-least hold was shifted by an offset"
+            )
+        finally:
+            connections[self.using].close()
+
+    def test_a_duration_the_database_cannot_store_is_a_store_failure_not_held(
+        self, provider: DatabaseLockProvider
+    ) -> None:
+        # 90 years is inside LockConfiguration's range; adding it to "now" still fits
+        # every database, so the lock is granted rather than misreported.
+        held = provider.lock(LockConfiguration("long-haul", "32850d"))
+        assert held is not None
+        assert held.record.lock_until.year >= 2100
 
     def test_records_keep_history_and_states(self, provider: DatabaseLockProvider) -> None:
         held = provider.lock(LockConfiguration("hist", "1m", "30s"))
@@ -96,7 +143,8 @@ class DatabaseBehaviour:
         provider = DatabaseLockProvider("db", using=self.using, use_db_time=False, clock=clock)
         held = provider.lock(LockConfiguration("clocked", "10s"))
         assert held is not None
-        assert held.record.locked_at == clock.now()
+        # SQLite keeps milliseconds; the others keep microseconds.
+        assert abs(held.record.locked_at - clock.now()) <= timedelta(milliseconds=1)
         assert provider.lock(LockConfiguration("clocked", "10s")) is None
         clock.advance("11s")
         assert provider.lock(LockConfiguration("clocked", "10s")) is not None
@@ -105,6 +153,7 @@ class DatabaseBehaviour:
 @pytest.mark.django_db(transaction=True)
 class TestSQLite(DatabaseBehaviour):
     using = "default"
+    one_writer = True
 
 
 class TestPostgreSQL(DatabaseBehaviour):
@@ -117,12 +166,15 @@ class TestMariaDB(DatabaseBehaviour):
     pytestmark = database_marks("mariadb", "MariaDB at 127.0.0.1:3306")
 
 
-def test_unsupported_vendor_needs_the_caller_clock(settings: object) -> None:
+def test_unsupported_vendors_are_refused_by_name() -> None:
     from unittest import mock
 
-    with mock.patch.object(connections["default"], "vendor", "oracle"):
-        with pytest.raises(
-            Exception, match="cannot read; use postgresql, mysql, sqlite or set use_db_time to False"
-        ):
-            DatabaseLockProvider("db")
-        assert DatabaseLockProvider("db", use_db_time=False).options["use_db_time"] is False
+    from tslock_django import InvalidLockProvider
+
+    with (
+        mock.patch.object(connections["default"], "vendor", "oracle"),
+        pytest.raises(
+            InvalidLockProvider, match="is a oracle database; the database provider supports mysql"
+        ),
+    ):
+        DatabaseLockProvider("db")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
@@ -142,9 +141,7 @@ def test_lock_wait_waits_for_the_holder() -> None:
 
 def test_keep_alive_keeps_a_short_lock_for_a_long_job() -> None:
     locked_keepalive.SEEN.clear()
-    started = time.monotonic()
     run("locked_keepalive", "--seconds", "1.0")
-    assert time.monotonic() - started >= 1.0
     held = locked_keepalive.SEEN[0]
     assert not held.lost.is_set()
     assert held.record.lock_until > held.handle.record.locked_at + held.lock_at_most_for, "never extended"

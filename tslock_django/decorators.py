@@ -14,8 +14,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike, parse_duration
-from .core.executor import HeldLock, acquire, check_keep_alive, current_lock, pop_held, push_held
-from .exceptions import InvalidLockProvider, LockProviderError, describe_holder
+from .core.executor import give_back, take
+from .exceptions import InvalidLockProvider, LockHeld, LockProviderError
 
 C = TypeVar("C", bound=type[BaseCommand])
 
@@ -84,39 +84,28 @@ def locked_command(
 
         def handle(self: BaseCommand, *args: Any, **options: Any) -> Any:
             config, alias, wait = _resolve(self, options)
-            outer = current_lock(config.name)
-            if outer is not None:
-                # Re-entrant (e.g. call_command of itself): run under the outer lock.
-                self.lock = outer  # type: ignore[attr-defined]
-                try:
-                    return original_handle(self, *args, **options)
-                finally:
-                    self.lock = None  # type: ignore[attr-defined]
             from . import providers
 
             try:
-                provider = providers.get(alias)
-                check_keep_alive(provider, config, keep_alive)
-                attempt = acquire(provider, config, wait=wait)
+                held, token = take(providers.get(alias), config, keep_alive=keep_alive, wait=wait)
+            except LockHeld as refused:
+                line = f"{refused}; {command_name} did not run"
+                if on_locked == "fail":
+                    raise CommandError(line, returncode=EXIT_LOCKED) from None
+                self.stderr.write(f"skipped: {line}")
+                return None
             except (LockProviderError, InvalidLockProvider) as err:
                 raise CommandError(f"{err}; {command_name} did not run (failing closed)") from err
             except ValueError as err:
                 raise CommandError(str(err)) from err
-            if attempt.held is None:
-                line = f"{describe_holder(config.name, attempt.holder)}; {command_name} did not run"
-                if on_locked == "fail":
-                    raise CommandError(line, returncode=EXIT_LOCKED)
-                self.stderr.write(f"skipped: {line}")
-                return None
-            held = HeldLock(attempt.held, keep_alive=keep_alive)
-            token = push_held(held)
+            # Re-entrant use (call_command of itself) shares the outer holding.
+            outer = getattr(self, "lock", None)
             self.lock = held  # type: ignore[attr-defined]
             try:
                 return original_handle(self, *args, **options)
             finally:
-                self.lock = None  # type: ignore[attr-defined]
-                pop_held(token)
-                held.release()
+                self.lock = outer  # type: ignore[attr-defined]
+                give_back(held, token)
 
         def _resolve(self: BaseCommand, options: dict[str, Any]) -> tuple[LockConfiguration, str, Any]:
             try:

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
-import threading
+import inspect
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Literal, ParamSpec, TypeVar
 
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
-from .core.executor import HeldLock, acquire, check_keep_alive, current_lock, pop_held, push_held
+from .core.executor import HeldLock, HoldToken, give_back, take
 from .exceptions import LockHeld
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 OnLocked = Literal["skip", "raise"]
+
+#: What each ``with lock(...)`` entered in this thread or task, innermost last, so that
+#: ``__exit__`` finds its own holding without state on the (shareable) lock object.
+_entered: contextvars.ContextVar[tuple[tuple[lock, HeldLock, HoldToken | None], ...]] = (
+    contextvars.ContextVar("tslock_entered", default=())
+)
 
 
 class lock:
@@ -35,8 +42,10 @@ class lock:
         @lock("nightly-report", lock_at_most_for="1h", lock_at_least_for="5m")
         def nightly_report(): ...
 
-    Each call or ``with`` acquires afresh; one ``lock`` object may be shared by threads.
-    Re-entrant: inside a block that holds the same name, no second acquisition happens.
+    Each call or ``with`` acquires afresh; one ``lock`` object may be shared by threads
+    and tasks. Re-entrant: inside a block that holds the same name on the same provider,
+    no second acquisition happens. Coroutine functions cannot be decorated (the lock
+    would be released before the coroutine runs).
 
     Args:
         name: the lock name.
@@ -70,50 +79,41 @@ class lock:
         self.keep_alive = keep_alive
         self.wait = wait
         self.on_locked = on_locked
-        self._local = threading.local()
+
+    def _take(self) -> tuple[HeldLock, HoldToken | None]:
+        from . import providers
+
+        return take(providers.get(self.using), self.config, keep_alive=self.keep_alive, wait=self.wait)
 
     # -- context manager ---------------------------------------------------------------
 
     def __enter__(self) -> HeldLock:
-        held, token = self._acquire()
-        self._stack().append((held, token))
+        held, token = self._take()
+        _entered.set((*_entered.get(), (self, held, token)))
         return held
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        held, token = self._stack().pop()
-        _leave(held, token)
-
-    def _stack(self) -> list[Any]:
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
-
-    def _acquire(self) -> tuple[HeldLock, Any]:
-        """Acquire; returns the held lock and the context token to release it with
-        (``None`` when re-entrant: the outer holder releases). Raises ``LockHeld``."""
-        existing = current_lock(self.config.name)
-        if existing is not None:
-            return existing, None
-        from . import providers
-
-        provider = providers.get(self.using)
-        check_keep_alive(provider, self.config, self.keep_alive)
-        attempt = acquire(provider, self.config, wait=self.wait)
-        if attempt.held is None:
-            raise LockHeld(self.config.name, attempt.holder)
-        held = HeldLock(attempt.held, keep_alive=self.keep_alive)
-        return held, push_held(held)
+        entries = _entered.get()
+        index = max(i for i, (owner, _, _) in enumerate(entries) if owner is self)
+        _, held, token = entries[index]
+        _entered.set(entries[:index] + entries[index + 1 :])
+        give_back(held, token)
 
     # -- decorator -------------------------------------------------------------------
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
+        if inspect.iscoroutinefunction(func):
+            raise TypeError(
+                f"lock() cannot decorate the coroutine function {func.__qualname__}: the lock would be "
+                "released before the coroutine runs; use `with lock(...)` inside a sync function instead"
+            )
+
         @functools.wraps(func)
         def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
             try:
-                held, token = self._acquire()
+                held, token = self._take()
             except LockHeld:
                 if self.on_locked == "raise":
                     raise
@@ -121,16 +121,9 @@ class lock:
             try:
                 return func(*args, **kwargs)
             finally:
-                _leave(held, token)
+                give_back(held, token)
 
         return locked
 
     def __repr__(self) -> str:
         return f"<lock {self.config.name!r} using {self.using!r}>"
-
-
-def _leave(held: HeldLock, token: Any) -> None:
-    if token is None:
-        return  # re-entrant use: the outer block releases
-    pop_held(token)
-    held.release()

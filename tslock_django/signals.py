@@ -15,9 +15,16 @@ Every signal is sent with ``sender`` = the provider class and these keyword argu
 - ``lock_force_released``: an operator released a lock (``released`` says whether
   anything changed; ``expected`` is the token or fencing token the release was
   conditional on).
+
+tslock sends them with ``send_robust``: a receiver that raises is logged (logger
+``tslock_django``) and never interrupts the lock operation.
 """
 
+import logging
+
 from django.dispatch import Signal
+
+logger = logging.getLogger("tslock_django")
 
 lock_attempted = Signal()
 lock_acquired = Signal()
@@ -26,3 +33,21 @@ lock_released = Signal()
 lock_extended = Signal()
 keep_alive_failed = Signal()
 lock_force_released = Signal()
+
+
+def notify(signal: Signal, **kwargs: object) -> None:
+    """Send ``signal`` so that a failing receiver cannot break locking.
+
+    A receiver that raised after ``lock_acquired`` would otherwise lose the caller its
+    handle while the lock stays held until ``lock_at_most_for``; its error is logged
+    instead.
+    """
+    for receiver, result in signal.send_robust(**kwargs):  # type: ignore[arg-type]
+        if isinstance(result, Exception):
+            logger.error(
+                "a receiver of a tslock signal failed: %r raised %s: %s",
+                receiver,
+                type(result).__name__,
+                result,
+                exc_info=result,
+            )

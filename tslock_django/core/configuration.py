@@ -7,6 +7,11 @@ from datetime import timedelta
 
 from .durations import DurationLike, parse_duration
 
+#: The longest duration accepted: a century. Longer values are never what a job meant,
+#: and "now + d" must stay inside every store's date range (a database's timestamp
+#: column, a JavaScript Date, the Worker's own limit).
+MAX_DURATION = timedelta(days=36500)
+
 #: Names are free text, but control characters break log lines, admin pages and
 #: HTTP headers in surprising ways, so they are refused everywhere.
 _FORBIDDEN = {chr(c) for c in range(0x20)} | {"\x7f"}
@@ -48,6 +53,12 @@ class LockConfiguration:
                 f"lock_at_most_for must be positive, got {lock_at_most_for!r}: it is how long "
                 'a dead holder keeps the lock, e.g. "10m"'
             )
+        for field, value in (("lock_at_most_for", at_most), ("lock_at_least_for", at_least)):
+            if value > MAX_DURATION:
+                raise ValueError(
+                    f"{field} must be at most {MAX_DURATION.days} days (a century), got {value}; "
+                    "use keep_alive for jobs that run longer than lock_at_most_for"
+                )
         if at_least > at_most:
             raise ValueError(
                 f"lock_at_least_for ({at_least}) must not be longer than lock_at_most_for "
@@ -56,16 +67,6 @@ class LockConfiguration:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "lock_at_most_for", at_most)
         object.__setattr__(self, "lock_at_least_for", at_least)
-
-    def with_durations(
-        self, lock_at_most_for: DurationLike | None = None, lock_at_least_for: DurationLike | None = None
-    ) -> LockConfiguration:
-        """A copy with other durations (same validation)."""
-        return LockConfiguration(
-            self.name,
-            self.lock_at_most_for if lock_at_most_for is None else lock_at_most_for,
-            self.lock_at_least_for if lock_at_least_for is None else lock_at_least_for,
-        )
 
 
 def validate_name(name: object) -> str:

@@ -92,16 +92,3 @@ def _parse_text(value: str, field: str) -> timedelta:
 def to_milliseconds(duration: timedelta) -> int:
     """Whole milliseconds, rounded down (the wire unit of the Cloudflare stores)."""
     return duration // timedelta(milliseconds=1)
-
-
-def format_duration(duration: timedelta) -> str:
-    """A short human form (``"1h30m"``, ``"500ms"``), the inverse of the unit grammar."""
-    ms = to_milliseconds(duration)
-    if ms == 0:
-        return "0s"
-    parts = []
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
-        count, ms = divmod(ms, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts)

@@ -1,8 +1,11 @@
-"""Running a task under a lock: ``HeldLock``, ``LockingTaskExecutor``, ``assert_locked``.
+"""Running a task under a lock: ``HeldLock``, ``take``/``give_back``,
+``LockingTaskExecutor`` and ``assert_locked``.
 
 The locks a thread (or asyncio task) holds are tracked in a context variable. That gives
-ShedLock's re-entrancy (a task that asks again for a lock its own caller holds runs
-without a second acquisition) and lets ``assert_locked()`` check that code runs under one.
+ShedLock's re-entrancy (a task that asks again for a lock its own caller holds, on the
+same provider, runs without a second acquisition) and lets ``assert_locked()`` check that
+code runs under one. ``lock()``, ``@locked_command`` and the executor all go through
+``take`` and ``give_back``, so they behave alike.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
-from ..exceptions import LockProviderError, TslockError
+from ..exceptions import LockHeld, LockProviderError, TslockError
 from .configuration import LockConfiguration
 from .durations import DurationLike, parse_duration
 from .provider import Attempt, LockProvider, SimpleLock
@@ -28,6 +31,7 @@ logger = logging.getLogger("tslock_django")
 T = TypeVar("T")
 
 _held: contextvars.ContextVar[tuple[HeldLock, ...]] = contextvars.ContextVar("tslock_held", default=())
+HoldToken = contextvars.Token[tuple["HeldLock", ...]]
 
 
 @dataclass(frozen=True)
@@ -47,17 +51,24 @@ class HeldLock:
     It follows the current ``SimpleLock`` across keep-alive extensions, so
     ``fencing_token`` and ``record`` are always those of the live holding.
 
+    Deadlines for keep-alive are kept on this process's monotonic clock, measured from
+    just before each request was sent: they can only be earlier than the store's, so
+    ``lost`` is never set too late, and no wall clock is compared with the store's.
+
     Attributes:
         lost: a ``threading.Event`` set when keep-alive could not keep the lock; a long
             task should check it before doing work that must not overlap.
     """
 
-    def __init__(self, handle: SimpleLock, *, keep_alive: bool = False) -> None:
+    def __init__(self, handle: SimpleLock, *, keep_alive: bool = False, sent_at: float | None = None) -> None:
         self._handle = handle
         self._mutex = threading.Lock()
         self.provider: LockProvider = handle.provider
         self.lock_at_most_for = handle.lock_at_most_for
         self.lock_at_least_for = handle.lock_at_least_for
+        sent = time.monotonic() if sent_at is None else sent_at
+        self._expires = sent + handle.lock_at_most_for.total_seconds()
+        self._at_least_ends = sent + handle.lock_at_least_for.total_seconds()
         self.lost = threading.Event()
         self.released = False
         self._keep_alive = None
@@ -85,24 +96,35 @@ class HeldLock:
         """Pass this to downstream systems so they can reject a stale holder's writes."""
         return self._handle.fencing_token
 
+    def seconds_left(self) -> float:
+        """Seconds until the lock expires unless extended (this process's estimate)."""
+        return self._expires - time.monotonic()
+
     def extend_now(self) -> bool:
         """Extend by ``lock_at_most_for`` from now, keeping what is left of the at-least
-        time; returns whether the store agreed (used by keep-alive)."""
+        time; returns whether the store agreed (used by keep-alive).
+
+        Raises:
+            LockProviderError: the store failed.
+        """
         with self._mutex:
             if self.released:
                 return True
-            remaining = self._handle.lock_at_least_until - self.provider.clock.now()
-            at_least = min(max(remaining, timedelta(0)), self.lock_at_most_for)
-            successor = self._handle.extend(self.lock_at_most_for, at_least)
+            sent = time.monotonic()
+            at_least = timedelta(seconds=max(0.0, self._at_least_ends - sent))
+            successor = self._handle.extend(self.lock_at_most_for, min(at_least, self.lock_at_most_for))
             if successor is None:
                 return False
             self._handle = successor
+            self._expires = sent + self.lock_at_most_for.total_seconds()
             return True
 
     def release(self) -> None:
-        """Stop keep-alive and unlock (honouring ``lock_at_least_for``). A store failure
-        here is logged, not raised: the task's outcome matters more, and the lock will
-        expire at ``lock_until`` anyway."""
+        """Stop keep-alive and unlock (honouring ``lock_at_least_for``).
+
+        A ``LockProviderError`` here is logged, not raised: the task's outcome matters
+        more, and the lock expires at ``lock_until`` anyway.
+        """
         if self._keep_alive is not None:
             self._keep_alive.stop()
         with self._mutex:
@@ -121,15 +143,11 @@ class HeldLock:
         return f"<HeldLock {self.name!r} on {self.provider.alias!r} fencing={self.fencing_token}>"
 
 
-def held_locks() -> tuple[HeldLock, ...]:
-    """The locks held by the current thread or task, outermost first."""
-    return _held.get()
-
-
-def current_lock(name: str | None = None) -> HeldLock | None:
-    """The innermost lock held here (or the one named ``name``), else ``None``."""
+def current_lock(name: str | None = None, alias: str | None = None) -> HeldLock | None:
+    """The innermost lock held here, optionally the one named ``name`` on provider
+    ``alias``; else ``None``."""
     for held in reversed(_held.get()):
-        if name is None or held.name == name:
+        if (name is None or held.name == name) and (alias is None or held.provider.alias == alias):
             return held
     return None
 
@@ -155,17 +173,12 @@ def assert_locked(name: str | None = None) -> HeldLock:
     return held
 
 
-def push_held(held: HeldLock) -> contextvars.Token[tuple[HeldLock, ...]]:
-    return _held.set((*_held.get(), held))
-
-
-def pop_held(token: contextvars.Token[tuple[HeldLock, ...]]) -> None:
-    _held.reset(token)
-
-
-def acquire(provider: LockProvider, config: LockConfiguration, *, wait: DurationLike = 0) -> Attempt:
+def acquire(
+    provider: LockProvider, config: LockConfiguration, *, wait: DurationLike = 0
+) -> tuple[Attempt, float]:
     """Try to acquire, polling for up to ``wait`` while the lock is held elsewhere.
 
+    Returns the last attempt and the monotonic time just before its request was sent.
     Polls start at 50 ms and back off to 1 s with jitter, so a manual run that waits
     does not hammer the store. Store failures are raised at once, never retried here.
     """
@@ -173,12 +186,45 @@ def acquire(provider: LockProvider, config: LockConfiguration, *, wait: Duration
     deadline = time.monotonic() + budget
     pause = 0.05
     while True:
+        sent = time.monotonic()
         attempt = provider.attempt(config)
         left = deadline - time.monotonic()
         if attempt.held is not None or left <= 0:
-            return attempt
+            return attempt, sent
         time.sleep(min(left, pause * random.uniform(0.8, 1.2)))
         pause = min(pause * 2, 1.0)
+
+
+def take(
+    provider: LockProvider, config: LockConfiguration, *, keep_alive: bool = False, wait: DurationLike = 0
+) -> tuple[HeldLock, HoldToken | None]:
+    """Hold ``config`` on ``provider`` for the current thread or task.
+
+    Returns the held lock and the token ``give_back`` needs; the token is ``None`` when
+    this context already held the lock (re-entrant use), and then nothing is acquired.
+
+    Raises:
+        LockHeld: someone else holds it (``holder`` says who, when the store told us).
+        LockProviderError: the store failed.
+        ValueError: keep-alive on a store that cannot extend that often.
+    """
+    existing = current_lock(config.name, provider.alias)
+    if existing is not None:
+        return existing, None
+    check_keep_alive(provider, config, keep_alive)
+    attempt, sent = acquire(provider, config, wait=wait)
+    if attempt.held is None:
+        raise LockHeld(config.name, attempt.holder)
+    held = HeldLock(attempt.held, keep_alive=keep_alive, sent_at=sent)
+    return held, _held.set((*_held.get(), held))
+
+
+def give_back(held: HeldLock, token: HoldToken | None) -> None:
+    """Undo ``take``: forget the lock in this context and release it (unless re-entrant)."""
+    if token is None:
+        return
+    _held.reset(token)
+    held.release()
 
 
 class LockingTaskExecutor:
@@ -201,8 +247,8 @@ class LockingTaskExecutor:
     ) -> TaskResult[T]:
         """Run ``task`` if the lock can be acquired, then release it.
 
-        Re-entrant: if this thread or task already holds ``config.name`` the task runs
-        at once under the existing lock.
+        Re-entrant: if this thread or task already holds ``config.name`` on this
+        provider, the task runs at once under the existing lock.
 
         Returns:
             ``TaskResult(executed=True, result=...)`` or ``TaskResult(executed=False)``
@@ -212,19 +258,14 @@ class LockingTaskExecutor:
             LockProviderError: the store failed; the task did not run.
             Whatever ``task`` raises (the lock is released first).
         """
-        if current_lock(config.name) is not None:
-            return TaskResult(True, task())
-        check_keep_alive(self.provider, config, keep_alive)
-        attempt = acquire(self.provider, config, wait=wait)
-        if attempt.held is None:
-            return TaskResult(False, None, attempt.holder)
-        held = HeldLock(attempt.held, keep_alive=keep_alive)
-        token = push_held(held)
+        try:
+            held, token = take(self.provider, config, keep_alive=keep_alive, wait=wait)
+        except LockHeld as refused:
+            return TaskResult(False, None, refused.holder)
         try:
             return TaskResult(True, task())
         finally:
-            pop_held(token)
-            held.release()
+            give_back(held, token)
 
 
 def check_keep_alive(provider: LockProvider, config: LockConfiguration, keep_alive: bool) -> None:

@@ -2,15 +2,15 @@
 
 ``lock_at_most_for`` is then only the safety net for a holder that dies; a long job
 keeps its lock as long as it runs. A refused extension (the lock expired or changed
-hands) or a store that keeps failing until ``lock_until`` passes sets ``held.lost``,
-which the task can check; both are logged and sent as ``keep_alive_failed``.
+hands), or a store that keeps failing until there is no time left for another try
+before the lock runs out, sets ``held.lost``, which the task can check; both are
+logged and sent as ``keep_alive_failed``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from .. import signals
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("tslock_django")
 
-#: After a failed extension, try again this many times per interval before giving up.
+#: After a failed extension, try again this many times per interval.
 _RETRIES_PER_INTERVAL = 4
 
 
@@ -30,7 +30,7 @@ class KeepAlive:
 
     def __init__(self, held: HeldLock) -> None:
         self.held = held
-        self.interval = held.lock_at_most_for / 2
+        self.interval = held.lock_at_most_for.total_seconds() / 2
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"tslock-keep-alive:{held.name}", daemon=True)
 
@@ -44,17 +44,23 @@ class KeepAlive:
             self._thread.join()
 
     def _run(self) -> None:
+        retry = max(self.interval / _RETRIES_PER_INTERVAL, 0.05)
         wait = self.interval
-        while not self._stop.wait(wait.total_seconds()):
+        while not self._stop.wait(wait):
             try:
                 extended = self.held.extend_now()
             except LockProviderError as err:
                 self._report(err)
-                if self.held.provider.clock.now() >= self.held.record.lock_until:
-                    self._lose("the store kept failing until lock_until passed")
+                if self.held.seconds_left() <= retry:
+                    # The next try would come after the store lets the lock go.
+                    self._lose("the store kept failing and the lock is about to expire")
                     return
-                wait = max(self.interval / _RETRIES_PER_INTERVAL, timedelta(milliseconds=50))
+                wait = retry
                 continue
+            except Exception:
+                logger.exception("keep-alive for lock %r stopped on an unexpected error", self.held.name)
+                self._lose("keep-alive stopped on an unexpected error")
+                return
             if not extended:
                 self._report(None)
                 self._lose("the store refused the extension: the lock expired or changed hands")
@@ -67,7 +73,8 @@ class KeepAlive:
             logger.warning("keep-alive for lock %r on %r was refused", held.name, held.provider.alias)
         else:
             logger.warning("keep-alive for lock %r on %r failed: %s", held.name, held.provider.alias, error)
-        signals.keep_alive_failed.send(
+        signals.notify(
+            signals.keep_alive_failed,
             sender=type(held.provider),
             alias=held.provider.alias,
             name=held.name,

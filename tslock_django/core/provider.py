@@ -21,13 +21,14 @@ from .. import signals
 from ..exceptions import InvalidLockProvider, LockProviderError, StaleLockHandle
 from .clock import ClockProvider, SystemClock
 from .configuration import LockConfiguration
-from .durations import DurationLike, parse_duration
+from .durations import DurationLike
 from .records import LockRecord
 
 Guarantee = Literal["strong", "advisory"]
 
-TRUE_WORDS = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+#: How option values given as text (URL query strings) spell true and false.
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 #: Marks an option that has no default and must be given.
 REQUIRED: Any = object()
@@ -78,13 +79,17 @@ class SimpleLock:
     def token(self) -> str:
         return self.record.token
 
+    def _check_unspent(self) -> None:
+        """Raise if used up; call with ``_mutex`` held."""
+        if self._spent:
+            raise StaleLockHandle(
+                f"this handle for lock {self.name!r} was already used by {self._spent}(); "
+                "use the handle that extend() returned"
+            )
+
     def _spend(self, how: str) -> None:
         with self._mutex:
-            if self._spent:
-                raise StaleLockHandle(
-                    f"this handle for lock {self.name!r} was already used by {self._spent}(); "
-                    "use the handle that extend() returned"
-                )
+            self._check_unspent()
             self._spent = how
 
     def unlock(self) -> bool:
@@ -108,7 +113,8 @@ class SimpleLock:
             with self._mutex:
                 self._spent = None
             raise
-        signals.lock_released.send(
+        signals.notify(
+            signals.lock_released,
             sender=type(self.provider),
             alias=self.provider.alias,
             name=self.name,
@@ -135,16 +141,13 @@ class SimpleLock:
         """
         config = LockConfiguration(self.name, lock_at_most_for, lock_at_least_for)
         with self._mutex:
-            if self._spent:
-                raise StaleLockHandle(
-                    f"this handle for lock {self.name!r} was already used by {self._spent}(); "
-                    "use the handle that extend() returned"
-                )
+            self._check_unspent()
             successor = self.provider._extend(self, config)
             if successor is not None:
                 self._spent = "extend"
         if successor is not None:
-            signals.lock_extended.send(
+            signals.notify(
+                signals.lock_extended,
                 sender=type(self.provider),
                 alias=self.provider.alias,
                 name=self.name,
@@ -225,7 +228,7 @@ class LockProvider(ABC):
             return value
         if isinstance(default, bool):
             lowered = value.strip().lower()
-            if lowered in TRUE_WORDS or lowered in _FALSE:
+            if lowered in TRUE_WORDS or lowered in FALSE_WORDS:
                 return lowered in TRUE_WORDS
             raise self.option_error(key, f"must be true or false, got {value!r}")
         if isinstance(default, (int, float)):
@@ -277,12 +280,12 @@ class LockProvider(ABC):
             "lock_at_most_for": config.lock_at_most_for,
             "lock_at_least_for": config.lock_at_least_for,
         }
-        signals.lock_attempted.send(sender=sender, record=None, **common)
+        signals.notify(signals.lock_attempted, sender=sender, record=None, **common)
         outcome = self._acquire(config)
         if isinstance(outcome, SimpleLock):
-            signals.lock_acquired.send(sender=sender, record=outcome.record, **common)
+            signals.notify(signals.lock_acquired, sender=sender, record=outcome.record, **common)
             return Attempt(outcome, None)
-        signals.lock_skipped.send(sender=sender, record=outcome, **common)
+        signals.notify(signals.lock_skipped, sender=sender, record=outcome, **common)
         return Attempt(None, outcome)
 
     def force_unlock(self, name: str, *, expected: int | str | None) -> bool:
@@ -301,13 +304,20 @@ class LockProvider(ABC):
             LockProviderError: the store failed.
         """
         self.validate_name(name)
-        if (expected is not None and not isinstance(expected, (int, str))) or isinstance(expected, bool):
+        if isinstance(expected, bool) or not isinstance(expected, (int, str, type(None))) or expected == "":
+            # "" would match a released record's empty token in some stores.
             raise ValueError(
-                f"expected must be a fencing token (int), a token (str) or None, got {expected!r}"
+                f"expected must be a fencing token (int), a non-empty token (str) or None, got {expected!r}"
             )
         released = self._force_unlock(name, expected)
-        signals.lock_force_released.send(
-            sender=type(self), alias=self.alias, name=name, record=None, released=released, expected=expected
+        signals.notify(
+            signals.lock_force_released,
+            sender=type(self),
+            alias=self.alias,
+            name=name,
+            record=None,
+            released=released,
+            expected=expected,
         )
         return released
 
@@ -364,8 +374,3 @@ class LockProvider(ABC):
     def __repr__(self) -> str:
         shown = {k: ("***" if k in self.secret_options and v else v) for k, v in sorted(self.options.items())}
         return f"<{type(self).__name__} {self.alias!r} {shown}>"
-
-
-def coerce_duration(value: DurationLike, field: str) -> timedelta:
-    """``parse_duration`` for option values (kept here so providers import one module)."""
-    return parse_duration(value, field=field)

@@ -6,109 +6,136 @@ clock by default, so web nodes with skewed clocks still agree. Rows are never de
 after release they keep the last holder and the fencing counter, which therefore grows
 monotonically per name.
 
-Inside a caller's ``transaction.atomic()`` a lock written on the caller's connection
-would stay invisible to other processes until that transaction commits, which defeats
-the lock. The provider then uses a connection of its own (one per thread), so the lock
-is visible at once and survives the caller's rollback.
+Times cross the Python/SQL boundary as integer microseconds since the Unix epoch,
+converted in SQL, never through Django's datetime adapters: those depend on
+``USE_TZ``, ``TIME_ZONE`` and the connection's time zone, and a lock must mean the same
+instant whatever a project sets there.
+
+A lock written on a connection that is inside a transaction would stay invisible to
+other processes until that transaction commits (and vanish on rollback), which
+defeats the lock. The provider then uses a short-lived connection of its own, so the
+lock is visible at once and survives the caller's rollback. SQLite allows one writer
+at a time, so there that connection would wait for the caller's own transaction: the
+provider refuses instead, with a message that says so.
 """
 
 from __future__ import annotations
 
 import secrets
-import threading
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
 
 from django.db import DatabaseError, IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils.dateparse import parse_datetime
 
 from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
-from ..core.records import LockRecord
+from ..core.records import LockRecord, fingerprint
 from ..exceptions import LockProviderError
 
 TABLE = "tslock_lock"
-COLUMNS = "name, lock_until, locked_at, locked_by, token, fencing_token"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICRO = timedelta(microseconds=1)
+_SQLITE_TIME = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 
 
-class _Sql:
-    """Builds one statement and its parameters in textual order; the dialect decides
-    whether "now" is an SQL expression or a parameter from the provider's clock."""
-
-    def __init__(self, dialect: _Dialect) -> None:
-        self.dialect = dialect
-        self.parts: list[str] = []
-        self.params: list[Any] = []
-
-    def add(self, text: str, *params: Any) -> _Sql:
-        self.parts.append(text)
-        self.params.extend(params)
-        return self
-
-    def now(self) -> _Sql:
-        self.dialect.now(self)
-        return self
-
-    def now_plus(self, delta: timedelta) -> _Sql:
-        self.dialect.now_plus(self, delta)
-        return self
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
+def to_epoch_us(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICRO
 
 
-@dataclass
+def from_epoch_us(value: Any) -> datetime:
+    return _EPOCH + timedelta(microseconds=int(value))
+
+
 class _Dialect:
-    """How one database vendor says "now", "now + d" and whether it has RETURNING."""
+    """How one vendor writes "now", "now + d", an instant from epoch microseconds, and
+    reads a column back as epoch microseconds."""
 
-    vendor: str
-    returning: bool
-    provider: DatabaseLockProvider
-    use_db_time: bool
+    returning = True
 
-    def now(self, sql: _Sql) -> None:
-        if not self.use_db_time:
-            sql.add("%s", self.param(self.provider.clock.now()))
-        elif self.vendor == "postgresql":
-            # Constant within a statement (clock_timestamp() is not).
-            sql.add("statement_timestamp()")
-        elif self.vendor == "mysql":
-            sql.add("UTC_TIMESTAMP(6)")
-        else:
-            sql.add("strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')")
+    def now(self) -> str:
+        raise NotImplementedError
 
-    def now_plus(self, sql: _Sql, delta: timedelta) -> None:
-        micros = delta // timedelta(microseconds=1)
-        if not self.use_db_time:
-            sql.add("%s", self.param(self.provider.clock.now() + delta))
-        elif self.vendor == "postgresql":
-            sql.add("(statement_timestamp() + %s * INTERVAL '1 microsecond')", micros)
-        elif self.vendor == "mysql":
-            sql.add("TIMESTAMPADD(MICROSECOND, %s, UTC_TIMESTAMP(6))", micros)
-        else:
-            sql.add("strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)", f"+{micros / 1e6:.6f} seconds")
+    def plus(self, base: str) -> str:
+        """``base`` + a parameter of microseconds."""
+        raise NotImplementedError
 
-    def param(self, value: datetime) -> Any:
-        return self.provider.connection().ops.adapt_datetimefield_value(value)
+    def instant(self) -> str:
+        """An instant from a parameter of epoch microseconds."""
+        raise NotImplementedError
+
+    def epoch_us(self, column: str) -> str:
+        raise NotImplementedError
+
+
+class _PostgreSQL(_Dialect):
+    def now(self) -> str:
+        return "statement_timestamp()"  # constant within a statement (clock_timestamp() is not)
+
+    def plus(self, base: str) -> str:
+        return f"({base} + %s * INTERVAL '1 microsecond')"
+
+    def instant(self) -> str:
+        return self.plus("TIMESTAMPTZ 'epoch'")
+
+    def epoch_us(self, column: str) -> str:
+        return f"(EXTRACT(EPOCH FROM {column}) * 1000000)::bigint"
+
+
+class _MySQL(_Dialect):
+    # Columns are DATETIME(6) holding UTC wall time; UTC_TIMESTAMP ignores the session
+    # time zone, and all arithmetic below is on UTC wall time.
+    returning = False
+
+    def now(self) -> str:
+        return "UTC_TIMESTAMP(6)"
+
+    def plus(self, base: str) -> str:
+        return f"TIMESTAMPADD(MICROSECOND, %s, {base})"
+
+    def instant(self) -> str:
+        return self.plus("'1970-01-01 00:00:00'")
+
+    def epoch_us(self, column: str) -> str:
+        return f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {column})"
+
+
+class _SQLite(_Dialect):
+    # Text in UTC, as Django stores it; SQLite's clock has millisecond resolution.
+    def now(self) -> str:
+        return f"strftime({_SQLITE_TIME}, 'now')"
+
+    def plus(self, base: str) -> str:
+        # Only ever "now + d": a date modifier such as '+1.500000 seconds'.
+        assert base == self.now()
+        return f"strftime({_SQLITE_TIME}, 'now', printf('%%+.6f seconds', %s / 1e6))"
+
+    def instant(self) -> str:
+        return f"strftime({_SQLITE_TIME}, %s / 1e6, 'unixepoch')"
+
+    def epoch_us(self, column: str) -> str:
+        return f"CAST(ROUND((julianday({column}) - 2440587.5) * 86400000.0) AS INTEGER) * 1000"
+
+
+_DIALECTS: dict[str, type[_Dialect]] = {"postgresql": _PostgreSQL, "mysql": _MySQL, "sqlite": _SQLite}
 
 
 class DatabaseLockProvider(LockProvider):
-    """Locks in the ``tslock_lock`` table of a Django database.
+    """Locks in the ``tslock_lock`` table of a Django database (PostgreSQL,
+    MySQL/MariaDB or SQLite).
 
     OPTIONS:
         using: the database alias (default ``"default"``).
         use_db_time: decide expiry on the database's clock (default ``True``); with
-            ``False`` the provider's ``ClockProvider`` decides (tests, or databases
-            other than PostgreSQL, MySQL/MariaDB and SQLite).
+            ``False`` the provider's ``ClockProvider`` decides (tests with a
+            ``MutableClock``).
     """
 
     guarantee: ClassVar = "strong"
     default_options: ClassVar[dict[str, Any]] = {"using": "default", "use_db_time": True}
     max_key_bytes: ClassVar[int] = 255
-    supported_vendors: ClassVar[tuple[str, ...]] = ("postgresql", "mysql", "sqlite")
 
     def __init__(self, alias: str = "default", **kwargs: Any) -> None:
         super().__init__(alias, **kwargs)
@@ -123,118 +150,146 @@ class DatabaseLockProvider(LockProvider):
                 "use_db_time", f"must be True or False, got {self.options['use_db_time']!r}"
             )
         vendor = connections[self.using].vendor
-        use_db_time = self.options["use_db_time"]
-        if use_db_time and vendor not in self.supported_vendors:
+        if vendor not in _DIALECTS:
             raise self.option_error(
-                "use_db_time",
-                f"is True but database {self.using!r} is {vendor}, whose clock this provider cannot "
-                f"read; use {', '.join(self.supported_vendors)} or set use_db_time to False",
+                "using",
+                f"= {self.using!r} is a {vendor} database; the database provider supports "
+                f"{', '.join(sorted(_DIALECTS))}",
             )
-        self._dialect = _Dialect(
-            vendor=vendor,
-            returning=vendor in ("postgresql", "sqlite"),
-            provider=self,
-            use_db_time=use_db_time,
-        )
-        self._local = threading.local()
-        self._private: list[BaseDatabaseWrapper] = []
-        self._private_mutex = threading.Lock()
+        self.vendor = vendor
+        self._dialect = _DIALECTS[vendor]()
+        self.use_db_time = self.options["use_db_time"]
+
+    # -- statements -------------------------------------------------------------------
+
+    def _now(self, params: list[Any]) -> str:
+        """SQL for "now" (appending its parameter, if any, to ``params``)."""
+        if self.use_db_time:
+            return self._dialect.now()
+        params.append(to_epoch_us(self.clock.now()))
+        return self._dialect.instant()
+
+    def _now_plus(self, delta: timedelta, params: list[Any]) -> str:
+        if self.use_db_time:
+            params.append(delta // _MICRO)
+            return self._dialect.plus(self._dialect.now())
+        params.append(to_epoch_us(self.clock.now() + delta))
+        return self._dialect.instant()
+
+    def _columns(self) -> str:
+        epoch = self._dialect.epoch_us
+        return f"name, {epoch('lock_until')}, {epoch('locked_at')}, locked_by, token, fencing_token"
 
     # -- connections ---------------------------------------------------------------
 
-    def connection(self) -> BaseDatabaseWrapper:
-        """The caller's connection in autocommit mode, else this thread's own one."""
+    @contextmanager
+    def _connection(self, what: str) -> Iterator[BaseDatabaseWrapper]:
+        """The caller's connection when it commits each statement at once; otherwise a
+        connection of our own for this one operation (closed afterwards, so threads
+        never leave connections behind)."""
         shared = connections[self.using]
-        if not shared.in_atomic_block:
-            return shared
-        private = getattr(self._local, "connection", None)
-        if private is None:
-            private = type(shared)(dict(shared.settings_dict), alias=self.using)
-            self._local.connection = private
-            with self._private_mutex:
-                self._private.append(private)
-        return private
-
-    def close(self) -> None:
-        with self._private_mutex:
-            private, self._private = self._private, []
-        for conn in private:
-            conn.close()
-        self._local = threading.local()
-
-    def _run(self, what: str, sql: _Sql) -> tuple[int, list[tuple[Any, ...]]]:
-        """Execute one statement; returns (rowcount, rows). Database errors other than
-        the INSERT conflict become ``LockProviderError``."""
-        conn = self.connection()
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute(sql.text, sql.params)
-                rows = cursor.fetchall() if cursor.description else []
-                return cursor.rowcount, rows
-        except IntegrityError:
-            raise
-        except DatabaseError as err:
-            # A killed connection stays broken until closed; close it so the next call
-            # reconnects instead of failing forever in a long-running process.
-            conn.close_if_unusable_or_obsolete()
+        if not shared.in_atomic_block and shared.get_autocommit():
+            yield shared
+            return
+        if self.vendor == "sqlite":
             raise LockProviderError(
-                f"{what}: database {self.using!r} failed ({type(err).__name__}: {err})".strip(),
+                f"{what}: database {self.using!r} is SQLite, which allows one writer at a time, and "
+                "this call runs inside a transaction (transaction.atomic() or autocommit off), so a "
+                "lock would wait for that transaction; take the lock outside the transaction",
                 alias=self.alias,
-            ) from err
+            )
+        private = type(shared)(dict(shared.settings_dict), alias=self.using)
+        try:
+            yield private
+        finally:
+            private.close()
 
-    def _sql(self) -> _Sql:
-        return _Sql(self._dialect)
+    def _run(
+        self, what: str, sql: str, params: list[Any], *, conflict_means_held: bool = False
+    ) -> tuple[int, list[Any]]:
+        """Execute one statement; returns (rowcount, rows).
+
+        Every database error becomes a ``LockProviderError``, except a unique violation
+        of an INSERT (``conflict_means_held``), which is re-raised for the caller.
+        """
+        with self._connection(what) as conn:
+            try:
+                with conn.cursor() as cursor:
+                    cursor.execute(sql, params)
+                    rows = cursor.fetchall() if cursor.description else []
+                    return cursor.rowcount, rows
+            except DatabaseError as err:
+                if conflict_means_held and isinstance(err, IntegrityError):
+                    raise
+                # A killed connection stays broken until closed; close it so the next call
+                # reconnects instead of failing forever in a long-running process.
+                conn.close_if_unusable_or_obsolete()
+                raise self._failure(what, err) from err
+
+    def _failure(self, what: str, err: BaseException) -> LockProviderError:
+        return LockProviderError(
+            f"{what}: database {self.using!r} failed ({type(err).__name__}: {err})", alias=self.alias
+        )
 
     # -- the protocol -----------------------------------------------------------------
 
     def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
         name, token = config.name, secrets.token_hex(16)
         what = f"acquire {name!r}"
-        returning = " RETURNING locked_at, lock_until, fencing_token" if self._dialect.returning else ""
-        update = (
-            self._sql()
-            .add(f"UPDATE {TABLE} SET lock_until = ")
-            .now_plus(config.lock_at_most_for)
-            .add(", locked_at = ")
-            .now()
-            .add(", locked_by = %s, token = %s, fencing_token = fencing_token + 1", self.locked_by, token)
-            .add(" WHERE name = %s AND lock_until <= ", name)
-            .now()
-            .add(returning)
+        epoch = self._dialect.epoch_us
+        returning = (
+            f" RETURNING {epoch('locked_at')}, {epoch('lock_until')}, fencing_token"
+            if self._dialect.returning
+            else ""
         )
-        count, rows = self._run(what, update)
+        params: list[Any] = []
+        until = self._now_plus(config.lock_at_most_for, params)
+        now = self._now(params)
+        params += [self.locked_by, token, name]
+        expired = self._now(params)
+        update = (
+            f"UPDATE {TABLE} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
+            f"fencing_token = fencing_token + 1 WHERE name = %s AND lock_until <= {expired}{returning}"
+        )
+        count, rows = self._run(what, update, params)
         if count != 1:
+            params = [name]
+            until = self._now_plus(config.lock_at_most_for, params)
+            now = self._now(params)
+            params += [self.locked_by, token]
             insert = (
-                self._sql()
-                .add(f"INSERT INTO {TABLE} ({COLUMNS}) VALUES (%s, ", name)
-                .now_plus(config.lock_at_most_for)
-                .add(", ")
-                .now()
-                .add(", %s, %s, 1)", self.locked_by, token)
+                f"INSERT INTO {TABLE} (name, lock_until, locked_at, locked_by, token, fencing_token) "
+                f"VALUES (%s, {until}, {now}, %s, %s, 1)"
             )
             if self._dialect.returning:
-                insert.add(" ON CONFLICT (name) DO NOTHING" + returning)
+                insert += " ON CONFLICT (name) DO NOTHING" + returning
             try:
-                count, rows = self._run(what, insert)
+                count, rows = self._run(what, insert, params, conflict_means_held=True)
             except IntegrityError:
                 count = 0
             if count != 1:
-                return self._read(name, what)
+                holder = self._read(name, what)
+                if holder is None:
+                    # Neither updated nor inserted, yet no row: not "held" but a store
+                    # that misbehaves (or a row deleted in between); never report it as held.
+                    raise LockProviderError(
+                        f"{what}: the row could neither be taken nor created", alias=self.alias
+                    )
+                return holder
         if not rows:
             # No RETURNING (MySQL/MariaDB): read back what we wrote, by our token.
-            select = self._sql().add(
-                f"SELECT locked_at, lock_until, fencing_token FROM {TABLE} WHERE name = %s AND token = %s",
-                name,
-                token,
+            select = (
+                f"SELECT {epoch('locked_at')}, {epoch('lock_until')}, fencing_token FROM {TABLE} "
+                "WHERE name = %s AND token = %s"
             )
-            rows = self._run(what, select)[1]
+            rows = self._run(what, select, [name, token])[1]
             if not rows:
                 raise LockProviderError(f"{what}: the row written could not be read back", alias=self.alias)
         locked_at, lock_until, fencing = rows[0]
         record = LockRecord(
             name=name,
-            lock_until=_aware(lock_until),
-            locked_at=_aware(locked_at),
+            lock_until=from_epoch_us(lock_until),
+            locked_at=from_epoch_us(locked_at),
             locked_by=self.locked_by,
             token=token,
             fencing_token=int(fencing),
@@ -243,58 +298,64 @@ class DatabaseLockProvider(LockProvider):
         return self.handle(record, config)
 
     def _read(self, name: str, what: str) -> LockRecord | None:
-        select = self._sql().add(f"SELECT {COLUMNS} FROM {TABLE} WHERE name = %s", name)
-        rows = self._run(what, select)[1]
+        rows = self._run(what, f"SELECT {self._columns()} FROM {TABLE} WHERE name = %s", [name])[1]
         return self._record(rows[0]) if rows else None
 
     def _record(self, row: tuple[Any, ...]) -> LockRecord:
         name, lock_until, locked_at, locked_by, token, fencing = row
         return LockRecord(
             name=name,
-            lock_until=_aware(lock_until),
-            locked_at=_aware(locked_at),
+            lock_until=from_epoch_us(lock_until),
+            locked_at=from_epoch_us(locked_at),
             locked_by=locked_by,
             fencing_token=int(fencing),
             provider=self.alias,
             released=not token,
-            token_fingerprint=_fingerprint(token),
+            token_fingerprint=fingerprint(token) if token else "",
         )
 
+    def _instant(self, moment: datetime, params: list[Any]) -> str:
+        params.append(to_epoch_us(moment))
+        return self._dialect.instant()
+
     def _unlock(self, held: SimpleLock) -> bool:
-        at_least_until = self._dialect.param(held.lock_at_least_until)
+        # The at-least deadline came from this database's clock (locked_at, or the
+        # extension's "now", plus lock_at_least_for), so it is compared with that clock.
+        # Parameters are appended in the order their placeholders appear.
+        params: list[Any] = []
+        at_least = self._instant(held.lock_at_least_until, params)
+        now = self._now(params)
+        keep = self._instant(held.lock_at_least_until, params)
+        free = self._now(params)
+        params += [held.name, held.token]
+        still_held = self._now(params)
         update = (
-            self._sql()
-            .add(f"UPDATE {TABLE} SET lock_until = CASE WHEN %s > ", at_least_until)
-            .now()
-            .add(" THEN %s ELSE ", at_least_until)
-            .now()
-            .add(" END, token = '' WHERE name = %s AND token = %s AND lock_until > ", held.name, held.token)
-            .now()
+            f"UPDATE {TABLE} SET lock_until = CASE WHEN {at_least} > {now} THEN {keep} ELSE {free} END, "
+            f"token = '' WHERE name = %s AND token = %s AND lock_until > {still_held}"
         )
-        return self._run(f"unlock {held.name!r}", update)[0] == 1
+        return self._run(f"unlock {held.name!r}", update, params)[0] == 1
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         what = f"extend {held.name!r}"
+        params: list[Any] = []
+        until = self._now_plus(config.lock_at_most_for, params)
+        params += [held.name, held.token]
+        now = self._now(params)
         update = (
-            self._sql()
-            .add(f"UPDATE {TABLE} SET lock_until = ")
-            .now_plus(config.lock_at_most_for)
-            .add(" WHERE name = %s AND token = %s AND lock_until > ", held.name, held.token)
-            .now()
+            f"UPDATE {TABLE} SET lock_until = {until} WHERE name = %s AND token = %s AND lock_until > {now}"
         )
+        epoch = self._dialect.epoch_us
         if self._dialect.returning:
-            update.add(" RETURNING lock_until")
-        count, rows = self._run(what, update)
+            update += f" RETURNING {epoch('lock_until')}"
+        count, rows = self._run(what, update, params)
         if count != 1:
             return None
         if not rows:
-            select = self._sql().add(
-                f"SELECT lock_until FROM {TABLE} WHERE name = %s AND token = %s", held.name, held.token
-            )
-            rows = self._run(what, select)[1]
+            select = f"SELECT {epoch('lock_until')} FROM {TABLE} WHERE name = %s AND token = %s"
+            rows = self._run(what, select, [held.name, held.token])[1]
             if not rows:
                 return None
-        lock_until = _aware(rows[0][0])
+        lock_until = from_epoch_us(rows[0][0])
         # The store's "now" of the extension, recovered from the deadline it wrote.
         extended_at = lock_until - config.lock_at_most_for
         record = LockRecord(
@@ -309,44 +370,27 @@ class DatabaseLockProvider(LockProvider):
         return self.handle(record, config, lock_at_least_until=extended_at + config.lock_at_least_for)
 
     def _force_unlock(self, name: str, expected: int | str | None) -> bool:
+        params: list[Any] = []
+        now = self._now(params)
+        params.append(name)
+        still_held = self._now(params)
         update = (
-            self._sql()
-            .add(f"UPDATE {TABLE} SET lock_until = ")
-            .now()
-            .add(", token = '' WHERE name = %s", name)
+            f"UPDATE {TABLE} SET lock_until = {now}, token = '' WHERE name = %s AND lock_until > {still_held}"
         )
-        update.add(" AND lock_until > ").now()
         if isinstance(expected, int):
-            update.add(" AND fencing_token = %s", expected)
+            update += " AND fencing_token = %s"
+            params.append(expected)
         elif isinstance(expected, str):
-            update.add(" AND token = %s", expected)
-        return self._run(f"force-release {name!r}", update)[0] == 1
+            update += " AND token = %s"
+            params.append(expected)
+        return self._run(f"force-release {name!r}", update, params)[0] == 1
 
     def list_locks(self, prefix: str = "") -> list[LockRecord]:
-        select = self._sql().add(f"SELECT {COLUMNS} FROM {TABLE}")
+        select = f"SELECT {self._columns()} FROM {TABLE}"
+        params: list[Any] = []
         if prefix:
             # LIKE would need escaping per vendor; a range on the primary key is exact.
-            select.add(" WHERE name >= %s AND name < %s", prefix, prefix + "\U0010ffff")
-        select.add(" ORDER BY name")
-        rows = self._run("list locks", select)[1]
+            select += " WHERE name >= %s AND name < %s"
+            params += [prefix, prefix + "\U0010ffff"]
+        rows = self._run("list locks", select + " ORDER BY name", params)[1]
         return [r for r in map(self._record, rows) if r.name.startswith(prefix)]
-
-
-def _aware(value: Any) -> datetime:
-    """Database values as aware UTC datetimes (SQLite gives text, MySQL naive UTC)."""
-    if isinstance(value, str):
-        parsed = parse_datetime(value)
-        if parsed is None:
-            raise LockProviderError(f"unreadable timestamp {value!r} in {TABLE}")
-        value = parsed
-    if not isinstance(value, datetime):
-        raise LockProviderError(f"unreadable timestamp {value!r} in {TABLE}")
-    if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
-
-
-def _fingerprint(token: str) -> str:
-    from ..core.records import fingerprint
-
-    return fingerprint(token) if token else ""

@@ -94,8 +94,10 @@ def backend_class(alias: str, backend: str) -> type[LockProvider]:
 class ProviderHandler:
     """``providers["alias"]`` -> the configured :class:`LockProvider`, built once.
 
-    Instances are shared by all threads (providers are thread-safe and keep their
-    connections per thread or in a pool); :meth:`reset` closes and forgets them.
+    Instances are shared by all threads (providers are thread-safe: the database
+    provider uses Django's per-thread connections, the HTTP providers one pooled client).
+    :meth:`reset` closes and forgets them; a lock still held through a forgotten
+    instance can still be released, because ``close()`` leaves a provider usable.
     """
 
     def __init__(self) -> None:

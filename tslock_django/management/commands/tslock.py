@@ -64,9 +64,7 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="subcommand", metavar="{list,release,check,worker}", required=True)
         # CommandParser.add_subparsers passes called_from_command_line on, so a usage error
         # in a subcommand is a CommandError under call_command and a usage line in a shell.
-        kwargs: dict[str, Any] = {}
-
-        listing = sub.add_parser("list", help="Show the records of every provider.", **kwargs)
+        listing = sub.add_parser("list", help="Show the records of every provider.")
         listing.add_argument("--provider", help="Only this provider alias.")
         listing.add_argument("--prefix", default="", help="Only names starting with this.")
         listing.add_argument(
@@ -76,7 +74,7 @@ class Command(BaseCommand):
             help="Print JSON (no tokens) for scripts.",
         )
 
-        release = sub.add_parser("release", help="Force-release a lock.", **kwargs)
+        release = sub.add_parser("release", help="Force-release a lock.")
         release.add_argument("name", help="The lock name.")
         release.add_argument("--provider", required=True, help="The provider alias holding the lock.")
         condition = release.add_mutually_exclusive_group()
@@ -98,13 +96,11 @@ class Command(BaseCommand):
         sub.add_parser(
             "check",
             help="List each provider once; exit status 1 if any fails.",
-            **kwargs,
         )
 
         worker = sub.add_parser(
             "worker",
             help="Write the Cloudflare Worker bundle for the Durable Object provider.",
-            **kwargs,
         )
         worker.add_argument("--output", required=True, help="The directory to write to.")
         worker.add_argument("--overwrite", action="store_true", help="Replace files that already exist.")

@@ -26,6 +26,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db import router, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -82,8 +83,8 @@ class Selection:
     """One lock picked for release, and the holding it must still be in.
 
     ``condition`` is ``"fencing"`` (``value`` is the fencing token, an int) or
-    ``"fingerprint"`` (``value`` is the token fingerprint, for stores without a fencing
-    token: the holding is re-read and compared just before an unconditional release).
+    ``"fingerprint"`` (``value`` is the token fingerprint, a str, for stores without a
+    fencing token: the store re-reads the holding and compares fingerprints itself).
     """
 
     alias: str
@@ -568,14 +569,7 @@ class LockAdmin(_ModelAdmin):
         change_message = (
             f"Force-released lock {name!r} on provider {alias!r} held with {selection.describe_condition()}."
         )
-        LogEntry.objects.create(
-            user_id=int(request.user.pk or 0),  # admin_view lets only logged-in users here
-            content_type_id=ContentType.objects.get_for_model(Lock, for_concrete_model=False).pk,
-            object_id=selection.object_id,
-            object_repr=selection.object_id[:200],
-            action_flag=CHANGE,
-            change_message=change_message,
-        )
+        self._log_release(request, selection, change_message)
         logger.info(
             "tslock admin: user %s force-released lock %r on provider %r (%s)",
             request.user.get_username(),
@@ -586,22 +580,42 @@ class LockAdmin(_ModelAdmin):
         messages.success(request, change_message)
 
     @staticmethod
+    def _log_release(request: HttpRequest, selection: Selection, change_message: str) -> None:
+        """Record a done release in the admin history; a failure is logged, not raised,
+        because the lock is already released and the operator must be told so."""
+        try:
+            user_pk = request.user.pk
+            if user_pk is None:  # admin_view admits logged-in users only
+                raise ValueError("the request has no logged-in user")
+            # A savepoint, so that a failed insert does not break a surrounding
+            # ATOMIC_REQUESTS transaction for the rest of the request.
+            with transaction.atomic(using=router.db_for_write(LogEntry)):
+                # objects.create works on every supported Django (log_action is deprecated
+                # from 5.1 on); the pk goes in as it is, whatever its type (int, UUID, str).
+                LogEntry.objects.create(
+                    user_id=user_pk,
+                    content_type_id=ContentType.objects.get_for_model(Lock, for_concrete_model=False).pk,
+                    object_id=selection.object_id,
+                    object_repr=selection.object_id[:200],
+                    action_flag=CHANGE,
+                    change_message=change_message,
+                )
+        except Exception:  # the release happened; only its history entry is missing
+            logger.exception(
+                "tslock admin: lock %r on provider %r was released, but the admin history entry "
+                "could not be written",
+                selection.name,
+                selection.alias,
+            )
+
+    @staticmethod
     def _force_unlock(provider: LockProvider, selection: Selection) -> bool:
-        if selection.condition == "fencing":
-            return provider.force_unlock(selection.name, expected=selection.value)
-        # No fencing token (Workers KV): the store needs the raw token for a conditional
-        # release, and listings never carry it. Re-read the holding and release only if
-        # its fingerprint is still the one the operator saw; the window left between this
-        # read and the delete is the same read-then-write race KV has for every operation.
-        current = next(
-            (r for r in provider.list_locks(prefix=selection.name) if r.name == selection.name),
-            None,
-        )
-        if current is None or current.token_fingerprint != selection.value:
-            return False
-        if not current.is_held(timezone.now()):
-            return False
-        return provider.force_unlock(selection.name, expected=None)
+        # A fencing token is an int; a fingerprint is a str, which a store without fencing
+        # tokens (Workers KV) accepts as ``expected``: it reads the holding, compares the
+        # fingerprint of its token and deletes only on a match. That is one read and one
+        # delete, and the read-then-delete window is the one every KV operation has.
+        # Listing here first would page through every key that starts with the name.
+        return provider.force_unlock(selection.name, expected=selection.value)
 
     # -- release history ------------------------------------------------------------------
 

@@ -4,19 +4,30 @@ a LogEntry and the ``lock_force_released`` signal."""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.contrib.admin import site as admin_site
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.contrib.messages import get_messages
-from django.test import Client
+from django.contrib.messages.storage.cookie import CookieStorage
+from django.db import DatabaseError
+from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.admin.tslock_test_providers import MEMORY, FencelessMemoryProvider, StaticProvider, path_of
+from tests.admin.tslock_test_providers import (
+    MEMORY,
+    FakeKVProvider,
+    FencelessMemoryProvider,
+    StaticProvider,
+    path_of,
+)
 from tslock_django import LockConfiguration
 from tslock_django.admin import Selection
 from tslock_django.conf import DATABASE_BACKEND, MEMORY_BACKEND, providers
@@ -24,6 +35,7 @@ from tslock_django.core.clock import MutableClock
 from tslock_django.core.provider import LockProvider, SimpleLock
 from tslock_django.models import Lock
 from tslock_django.signals import lock_force_released
+from tslock_django.testing.kv_fake import FakeKVTransport
 
 pytestmark = pytest.mark.django_db
 
@@ -318,3 +330,128 @@ def test_a_name_the_store_rejects_is_an_error_message(
     [error] = messages_of(response, "error")
     assert "too long" in error
     assert release_entries() == []
+
+
+# -- review fixes: KV release by fingerprint in the store; the history entry ------------------
+
+
+def test_fenceless_release_hands_the_fingerprint_to_the_store_without_listing(
+    fenceless: Any, releaser: Client, release_url: str
+) -> None:
+    held(fenceless, "kv-job")
+    held(fenceless, "other-job")
+    value = by_fingerprint(fenceless, "kv-job")
+    FencelessMemoryProvider.calls.clear()
+
+    # No follow: the Locks page the redirect leads to lists the store, which is fine there.
+    response = releaser.post(release_url, {"lock": [value], "confirm": "yes"})
+
+    assert FencelessMemoryProvider.calls == [("force_unlock", "kv-job")]
+    assert messages_of(response, "success")
+    assert state_of(fenceless, "kv-job") == "expired"
+    assert state_of(fenceless, "other-job") == "held"
+
+
+KV_TOKEN = "admin-kv-api-token-Q7mw"
+
+
+@pytest.fixture
+def fake_kv(settings: Any, clock: MutableClock) -> Iterator[FakeKVTransport]:
+    kv = FakeKVTransport(clock, account_id="acc", namespace_id="ns", api_token=KV_TOKEN)
+    FakeKVProvider.fake = kv
+    settings.TSLOCK_PROVIDERS = {
+        "kv": {
+            "BACKEND": path_of(FakeKVProvider),
+            "OPTIONS": {
+                "clock": clock,
+                "account_id": "acc",
+                "namespace_id": "ns",
+                "api_token": KV_TOKEN,
+                "acknowledge_advisory_lock": True,
+            },
+        }
+    }
+    yield kv
+    FakeKVProvider.fake = None
+
+
+def test_kv_release_from_the_admin_is_one_read_and_one_delete(
+    fake_kv: FakeKVTransport, clock: MutableClock, releaser: Client, release_url: str
+) -> None:
+    provider = providers["kv"]
+    held(provider, "kv-job")
+    value = by_fingerprint(provider, "kv-job")
+    clock.advance("2s")  # KV takes one write per key per second
+    fake_kv.reset_counts()
+
+    response = releaser.post(release_url, {"lock": [value], "confirm": "yes"})
+
+    assert fake_kv.requests == {"GET value": 1, "DELETE value": 1}
+    assert fake_kv.keys() == []
+    assert messages_of(response, "success")
+    [entry] = release_entries()
+    assert entry.object_id == "kv:kv-job"
+    assert response.status_code == 302
+
+
+def test_kv_lock_that_changed_hands_is_not_released_from_the_admin(
+    fake_kv: FakeKVTransport, clock: MutableClock, releaser: Client, release_url: str
+) -> None:
+    provider = providers["kv"]
+    held(provider, "kv-job", at_most="1m")
+    value = by_fingerprint(provider, "kv-job")
+    clock.advance("2m")
+    successor = held(provider, "kv-job")
+    clock.advance("2s")
+    fake_kv.reset_counts()
+
+    response = releaser.post(release_url, {"lock": [value], "confirm": "yes"})
+
+    assert fake_kv.requests == {"GET value": 1}  # read, compare, nothing deleted
+    assert fake_kv.keys() == ["tslock:kv-job"]
+    assert successor.token in (fake_kv.get_raw("tslock:kv-job") or "")
+    [warning] = messages_of(response, "warning")
+    assert "'kv-job'" in warning and "not released" in warning
+    assert release_entries() == []
+
+
+def test_a_history_entry_that_cannot_be_written_does_not_hide_the_release(
+    memory: Any, releaser: Client, release_url: str, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    lock = held(memory, "report")
+
+    def broken(**kwargs: Any) -> None:
+        raise DatabaseError("the history table is read-only")
+
+    monkeypatch.setattr(LogEntry.objects, "create", broken)
+    with caplog.at_level(logging.ERROR, logger="tslock_django.admin"):
+        response = releaser.post(release_url, {"lock": [selected(lock)], "confirm": "yes"}, follow=True)
+
+    assert response.status_code == 200
+    assert state_of(memory, "report") == "expired"
+    [success] = messages_of(response, "success")
+    assert "'report'" in success
+    assert "history entry could not be written" in caplog.text
+    assert lock.token not in caplog.text
+
+
+def test_a_user_pk_that_is_not_an_integer_goes_into_the_history_as_is(
+    memory: Any, rf: RequestFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A project with a UUID primary key on its user model: the pk is passed on unchanged.
+    lock = held(memory, "report")
+    created: list[dict[str, Any]] = []
+    monkeypatch.setattr(LogEntry.objects, "create", lambda **kwargs: created.append(kwargs))
+    user_pk = uuid.UUID("4b4f7c1e-0d1f-4d56-9a43-1f0d8a6a2c11")
+    request = rf.post("/admin/tslock_django/lock/release/")
+    request.user = SimpleNamespace(pk=user_pk, get_username=lambda: "uuid-user")  # type: ignore[assignment]
+    request._messages = CookieStorage(request)  # type: ignore[attr-defined]
+
+    admin_site._registry[Lock]._release_one(  # type: ignore[attr-defined]
+        request, Selection("mem", "report", "fencing", lock.fencing_token or 0)
+    )
+
+    assert [kwargs["user_id"] for kwargs in created] == [user_pk]
+    assert created[0]["object_id"] == "mem:report"
+    assert state_of(memory, "report") == "expired"
+    assert [m.level_tag for m in request._messages] == ["success"]  # type: ignore[attr-defined]

@@ -11,7 +11,9 @@ from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.provider import LockProvider, SimpleLock
 from tslock_django.core.records import LockRecord
 from tslock_django.exceptions import LockProviderError
+from tslock_django.providers.cloudflare_kv import KVLockProvider
 from tslock_django.providers.memory import MemoryLockProvider
+from tslock_django.testing.kv_fake import FakeKVTransport
 
 #: A TSLOCK_PROVIDERS entry for an in-process provider.
 MEMORY: dict[str, Any] = {"BACKEND": MEMORY_BACKEND, "OPTIONS": {}}
@@ -70,14 +72,33 @@ class FailingProvider(StaticProvider):
 
 class FencelessMemoryProvider(MemoryLockProvider):
     """An in-process stand-in for Workers KV: advisory, no fencing token in listings, and
-    ``force_unlock`` takes a token or nothing (an int is a ValueError, as on KV)."""
+    ``force_unlock`` takes the holder's token, its fingerprint or nothing (an int is a
+    ValueError), as ``KVLockProvider`` does."""
 
     guarantee = "advisory"
+    #: (method, name) of every list_locks / force_unlock call, so tests can see what the admin asked.
+    calls: ClassVar[list[tuple[str, str]]] = []
 
     def list_locks(self, prefix: str = "") -> list[LockRecord]:
+        FencelessMemoryProvider.calls.append(("list_locks", prefix))
         return [replace(r, fencing_token=None) for r in super().list_locks(prefix)]
 
     def _force_unlock(self, name: str, expected: int | str | None) -> bool:
+        FencelessMemoryProvider.calls.append(("force_unlock", name))
         if isinstance(expected, int):
             raise ValueError("Workers KV has no fencing tokens; release with the token (str) or None")
+        current = self._records.get(name)
+        if isinstance(expected, str) and current is not None and expected == current.token_fingerprint:
+            # KV compares the fingerprint too; the memory provider only knows raw tokens.
+            expected = current.token
         return super()._force_unlock(name, expected)
+
+
+class FakeKVProvider(KVLockProvider):
+    """``KVLockProvider`` on the fake namespace in ``FakeKVProvider.fake`` (set by a fixture):
+    ``transport`` cannot be given through TSLOCK_PROVIDERS, so the class supplies it."""
+
+    fake: ClassVar[FakeKVTransport | None] = None
+
+    def __init__(self, alias: str = "default", **kwargs: Any) -> None:
+        super().__init__(alias, transport=FakeKVProvider.fake, **kwargs)

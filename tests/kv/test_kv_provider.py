@@ -13,7 +13,7 @@ from tslock_django.core.clock import MutableClock
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.records import fingerprint
 from tslock_django.exceptions import InvalidLockProvider, LockProviderError
-from tslock_django.providers.cloudflare_kv import KVLockProvider, epoch_ms, expiration_ttl
+from tslock_django.providers.cloudflare_kv import KVLockProvider, KVRecord, epoch_ms, expiration_ttl
 from tslock_django.testing.kv_fake import FakeKVTransport
 
 from .conftest import ACCOUNT_ID, API_TOKEN, NAMESPACE_ID, MakeProvider
@@ -367,3 +367,118 @@ def test_the_settings_url_builds_a_working_provider(kv: FakeKVTransport, clock: 
     assert kv.keys() == ["jobs:job"]
     assert kv.requests == {"GET value": 1, "PUT value": 1}
     assert API_TOKEN not in repr(provider)
+
+
+# -- review fixes: close() then use, out-of-range times, token checks, repr ------------------
+
+
+def test_the_provider_works_again_after_close(make_provider: MakeProvider, clock: MutableClock) -> None:
+    provider = make_provider()
+    held = provider.lock(config())
+    assert held is not None
+    provider.close()
+    clock.advance("1s")
+    # close() frees the connections only: LockProvider.close() promises reuse afterwards.
+    assert held.unlock() is True
+    clock.advance("1s")
+    again = provider.lock(config())
+    assert again is not None
+    provider.close()
+    provider.close()  # closing twice is harmless
+    assert [r.name for r in provider.list_locks()] == ["job"]
+
+
+def test_a_request_racing_close_is_a_provider_error(make_provider: MakeProvider) -> None:
+    provider = make_provider()
+    # What another thread's close() leaves behind for a request that already took the
+    # client: httpx refuses to send on it with a RuntimeError.
+    provider.namespace._http().close()
+    with pytest.raises(LockProviderError, match="closed") as caught:
+        provider.lock(config())
+    assert caught.value.alias == "kv"
+    assert API_TOKEN not in str(caught.value)
+
+
+OUT_OF_RANGE_TIMES = [
+    '"lockUntil":1e300,"lockedAt":0',
+    '"lockUntil":100000000000000000,"lockedAt":0',
+    '"lockUntil":253402300800000,"lockedAt":0',  # 10000-01-01, one millisecond past the range
+    '"lockUntil":1000,"lockedAt":-1',
+]
+
+
+@pytest.mark.parametrize(
+    ("times", "with_metadata"),
+    [(times, with_metadata) for times in OUT_OF_RANGE_TIMES for with_metadata in (False, True)]
+    # Python's json reads 1e400 as infinity; metadata is strict JSON, so only the value can hold it.
+    + [('"lockUntil":1e400,"lockedAt":0', False)],
+)
+def test_times_a_datetime_cannot_hold_are_a_malformed_record_error(
+    make_provider: MakeProvider, kv: FakeKVTransport, times: str, with_metadata: bool
+) -> None:
+    provider = make_provider()
+    stored = "{" + times + ',"lockedBy":"h:1","token":"t"}'
+    if with_metadata:
+        kv.put_raw("tslock:job", stored, metadata=json.loads(stored))
+    else:
+        kv.put_raw("tslock:job", stored)
+    for call in (lambda: provider.lock(config()), provider.list_locks):
+        with pytest.raises(LockProviderError, match="'tslock:job'") as caught:
+            call()
+        assert "1970 and year 9999" in str(caught.value)
+
+
+def test_the_last_representable_millisecond_is_still_a_record(
+    make_provider: MakeProvider, kv: FakeKVTransport
+) -> None:
+    provider = make_provider()
+    kv.put_raw("tslock:job", '{"lockUntil":253402300799999,"lockedAt":0,"lockedBy":"h:1","token":"t"}')
+    [record] = provider.list_locks()
+    assert record.lock_until.year == 9999
+    assert provider.lock(config()) is None  # held until the end of year 9999
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        API_TOKEN + "\n",
+        API_TOKEN + "\r\n",
+        "\t" + API_TOKEN,
+        API_TOKEN[:5] + " " + API_TOKEN[5:],
+        API_TOKEN[:5] + "\x00" + API_TOKEN[5:],
+        API_TOKEN + "é",
+        API_TOKEN + "\u00a0",  # a no-break space pasted from a web page
+    ],
+)
+def test_an_api_token_that_cannot_travel_in_a_header_is_refused_without_echoing_it(token: str) -> None:
+    with pytest.raises(InvalidLockProvider) as caught:
+        KVLockProvider(
+            "kv",
+            account_id=ACCOUNT_ID,
+            namespace_id=NAMESPACE_ID,
+            api_token=token,
+            acknowledge_advisory_lock=True,
+        )
+    text = str(caught.value)
+    assert "'api_token'" in text and "printable ASCII" in text
+    assert API_TOKEN[:8] not in text
+
+
+def test_the_record_repr_hides_the_token() -> None:
+    record = KVRecord(1000, 0, "h:1", "tok-" + API_TOKEN)
+    assert API_TOKEN not in repr(record)
+    assert "h:1" in repr(record)
+    assert API_TOKEN in record.encode()  # the stored form still carries it
+
+
+def test_both_cloudflare_providers_read_epoch_times_with_one_helper() -> None:
+    from tslock_django.providers import cloudflare_do, cloudflare_kv, epoch
+
+    assert cloudflare_kv.from_epoch_ms is epoch.from_epoch_ms
+    assert cloudflare_do.from_epoch_ms is epoch.from_epoch_ms
+    assert cloudflare_kv.epoch_ms is epoch.to_epoch_ms
+    assert epoch.from_epoch_ms(epoch.MAX_EPOCH_MS).isoformat() == "9999-12-31T23:59:59.999000+00:00"
+    assert epoch.to_epoch_ms(epoch.from_epoch_ms(1_700_000_000_123)) == 1_700_000_000_123
+    for value in (-1, epoch.MAX_EPOCH_MS + 1, 10**300):
+        with pytest.raises(ValueError, match="outside"):
+            epoch.from_epoch_ms(value)

@@ -70,3 +70,20 @@ def test_listing_five_thousand_locks(make_provider: MakeProvider, kv: FakeKVTran
     kv.reset_counts()
     assert len(provider.list_locks()) == 5000
     assert kv.requests == {"GET keys": 5, "GET value": 5000}, "without metadata: one read per key"
+
+
+def test_force_unlock_by_fingerprint_as_the_admin_does(
+    make_provider: MakeProvider, kv: FakeKVTransport, clock: MutableClock
+) -> None:
+    provider = make_provider()
+    assert provider.lock(LockConfiguration("job", "5m")) is not None
+    [listed] = provider.list_locks()
+    clock.advance(1.1)
+
+    kv.reset_counts()
+    assert provider.force_unlock("job", expected="00000000") is False
+    assert kv.requests == {"GET value": 1}, "force_unlock whose holding changed: read only"
+
+    kv.reset_counts()
+    assert provider.force_unlock("job", expected=listed.token_fingerprint) is True
+    assert kv.requests == {"GET value": 1, "DELETE value": 1}, "force_unlock by fingerprint"

@@ -3,13 +3,15 @@ each Cloudflare answer becomes a result or a LockProviderError."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
 from tslock_django.core.clock import MutableClock
 from tslock_django.exceptions import LockProviderError, LockRateLimited
+from tslock_django.providers.http import transport_errors
 from tslock_django.providers.kv_rest import KVRestNamespace
 from tslock_django.testing.kv_fake import FakeKVTransport
 
@@ -233,7 +235,7 @@ def test_repr_and_errors_never_show_the_token(kv: FakeKVTransport) -> None:
 
 def test_timeout_is_bounded() -> None:
     ns = namespace(httpx.MockTransport(lambda r: httpx.Response(200)), timeout=2.5)
-    timeout = ns._client.timeout
+    timeout = ns._http().timeout
     assert (timeout.connect, timeout.read, timeout.write, timeout.pool) == (2.5, 2.5, 2.5, 2.5)
 
 
@@ -244,3 +246,66 @@ def test_metadata_is_json_in_the_listing(kv: FakeKVTransport) -> None:
     assert key.metadata == {"lockUntil": 1, "nested": [1, 2]}
     assert key.expiration is not None and key.has_metadata
     assert ns.get("tslock:m") == "v"
+
+
+# -- review fixes: a refused header never leaks the token; close() then use ------------------
+
+
+@pytest.fixture
+def listening_url() -> Iterator[str]:
+    """A socket that accepts connections and never answers: enough for the client to get
+    as far as writing the request headers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "bad_token", [API_TOKEN + "\n", API_TOKEN + "\r\nX-Injected: 1", "Zürich-" + API_TOKEN]
+)
+def test_a_token_the_http_library_refuses_is_a_provider_error_without_the_token(
+    listening_url: str, bad_token: str
+) -> None:
+    # The namespace client itself does not validate the token (the provider does): this is
+    # the last line of defence, where h11 refuses the header and quotes it in its error.
+    ns = namespace(httpx.HTTPTransport(), base_url=listening_url, api_token=bad_token, timeout=5.0)
+    try:
+        for call in (lambda: ns.get("tslock:x"), lambda: ns.put("tslock:x", "v"), ns.list):
+            with pytest.raises(LockProviderError) as caught:
+                call()
+            text = f"{caught.value} {caught.value!r} {caught.value.args!r}"
+            assert API_TOKEN not in text and "Bearer" not in text
+            assert "header value is invalid" in str(caught.value)
+            assert "whitespace" in str(caught.value)
+    finally:
+        ns.close()
+
+
+def test_transport_errors_never_repeat_the_text_of_a_local_protocol_error() -> None:
+    with pytest.raises(LockProviderError) as caught, transport_errors("kv", "read key 'tslock:x'"):
+        raise httpx.LocalProtocolError(f"Illegal header value b'Bearer {API_TOKEN}\\n'")
+    assert API_TOKEN not in str(caught.value)
+    assert str(caught.value).startswith(
+        "lock provider 'kv': read key 'tslock:x': the request could not be sent"
+    )
+
+
+def test_closed_then_used_again(kv: FakeKVTransport) -> None:
+    ns = namespace(kv)
+    ns.put("tslock:a", "1", expiration_ttl=60)
+    ns.close()
+    assert ns.get("tslock:a") == "1"  # a new client is opened
+    ns.close()
+    ns.close()
+
+
+def test_a_client_closed_under_a_request_is_a_provider_error(kv: FakeKVTransport) -> None:
+    ns = namespace(kv)
+    ns._http().close()  # as if close() ran in another thread after this request took the client
+    for call in (lambda: ns.get("tslock:x"), lambda: ns.delete("tslock:x"), ns.list):
+        with pytest.raises(LockProviderError, match="closed meanwhile"):
+            call()

@@ -450,3 +450,50 @@ def test_the_proxy_from_the_environment_is_used(
     finally:
         bypassing.close()
     assert len(asked) == 1
+
+
+# -- review fixes: out-of-range times, a client closed under a request, no URL echo ---------
+
+
+@pytest.mark.parametrize("field", ["lock_until_ms", "locked_at_ms", "at_least_until_ms"])
+@pytest.mark.parametrize("value", [10**17, -1, 253_402_300_800_000])
+def test_a_time_a_datetime_cannot_hold_is_a_malformed_record_error(field: str, value: int) -> None:
+    record = {**GOOD_RECORD, "name": "nightly", field: value}
+    held = mock_provider(lambda r: httpx.Response(200, json={"acquired": False, "record": record}))
+    error = assert_provider_error(lambda: held.lock(config("nightly")), says=field)
+    assert "'nightly'" in str(error) and "out of range" in str(error)
+    listing = mock_provider(lambda r: httpx.Response(200, json={"locks": [record], "cursor": None}))
+    error = assert_provider_error(listing.list_locks, says=field)
+    assert "'nightly'" in str(error)
+
+
+def test_the_last_representable_millisecond_is_accepted() -> None:
+    record = {**GOOD_RECORD, "lock_until_ms": 253_402_300_799_999}
+    holder = mock_provider(lambda r: httpx.Response(200, json={"acquired": False, "record": record}))
+    found = holder.attempt(config("x")).holder
+    assert found is not None and found.lock_until.year == 9999
+
+
+def test_a_client_closed_under_a_request_is_a_provider_error_and_close_then_use_works() -> None:
+    provider = mock_provider(lambda r: httpx.Response(200, json={"released": True}))
+    provider._http().close()  # another thread's close() after this request took the client
+    assert_provider_error(lambda: provider.force_unlock("x", expected=None), says="closed meanwhile")
+    provider.close()
+    assert provider.force_unlock("x", expected=None) is True
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"https://h.example/?token={SECRET}",
+        f"https://h.example/#{SECRET}",
+        f"ftp://h.example/?token={SECRET}",
+        f"{SECRET}",
+        f"https://h.example:{SECRET}/",
+    ],
+)
+def test_a_bad_url_is_refused_without_echoing_it(url: str) -> None:
+    with pytest.raises(InvalidLockProvider) as caught:
+        DurableObjectLockProvider("edge", url=url, token="another-token")
+    assert "'url'" in str(caught.value)
+    assert SECRET not in str(caught.value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -22,17 +22,20 @@ from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
 from ..core.records import LockRecord
 from ..exceptions import LockProviderError
-from .http import error_for_status, json_body, make_client, transport_errors
+from .epoch import epoch_ms_in_range, from_epoch_ms
+from .http import (
+    BEARER_TOKEN_RULE,
+    error_for_status,
+    json_body,
+    make_client,
+    transport_errors,
+    valid_bearer_token,
+)
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: The Worker's limit on ``locked_by`` (code points).
 MAX_LOCKED_BY = 255
 #: The Worker's page size limit for ``GET /v1/locks``.
 PAGE_SIZE = 1000
-
-
-def _from_ms(value: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=value)
 
 
 class DurableObjectLockProvider(LockProvider):
@@ -84,24 +87,27 @@ class DurableObjectLockProvider(LockProvider):
                 "must not contain credentials (user:password@); put the secret in OPTIONS['token'] "
                 "(or use a cloudflare-do://TOKEN@HOST/ settings URL, which does that for you)",
             )
+        # The URL is never echoed below: a query string (?token=...) or a secret pasted in
+        # the wrong place would end up in the error message and every log that shows it.
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise self.option_error(
-                "url",
-                f"must be an http(s) URL with a host, e.g. 'https://tslock.example.workers.dev'; got {url!r}",
+                "url", "must be an http(s) URL with a host, e.g. 'https://tslock.example.workers.dev'"
             )
         if parts.query or parts.fragment:
-            raise self.option_error("url", f"must not have a query string or fragment; got {url!r}")
+            raise self.option_error(
+                "url", "must not have a query string or fragment; other options go in OPTIONS"
+            )
         try:
             parts.port  # noqa: B018 - raises ValueError for a malformed port
         except ValueError:
-            raise self.option_error("url", f"has an invalid port; got {url!r}") from None
+            raise self.option_error(
+                "url", "has an invalid port (a number from 0 to 65535 is expected)"
+            ) from None
         token = self.options["token"]
         if not isinstance(token, str) or not token:
             raise self.option_error("token", "must be a non-empty string: the Worker's TSLOCK_TOKEN secret")
-        if not (token.isascii() and token.isprintable()) or token != token.strip() or " " in token:
-            raise self.option_error(
-                "token", "must be printable ASCII without spaces (it travels in an HTTP header)"
-            )
+        if not valid_bearer_token(token):
+            raise self.option_error("token", BEARER_TOKEN_RULE)
         prefix = self.options["key_prefix"]
         if not isinstance(prefix, str):
             raise self.option_error("key_prefix", f"must be a string, got {type(prefix).__name__}")
@@ -155,9 +161,8 @@ class DurableObjectLockProvider(LockProvider):
         params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One request; the parsed JSON object of a 2xx answer, else ``LockProviderError``."""
-        client = self._http()
         with transport_errors(self.alias, what):
-            response = client.request(method, path, json=body, params=params)
+            response = self._http().request(method, path, json=body, params=params)
         if not response.is_success:
             raise error_for_status(self.alias, what, response, self._error_detail(response))
         data = json_body(self.alias, what, response)
@@ -197,6 +202,12 @@ class DurableObjectLockProvider(LockProvider):
             for key in ("locked_at_ms", "lock_until_ms", "at_least_until_ms", "fencing_token")
             if not isinstance(data.get(key), int) or isinstance(data.get(key), bool)
         ]
+        # A time a datetime cannot hold would raise OverflowError further down.
+        problems += [
+            f"{key} (out of range)"
+            for key in ("locked_at_ms", "lock_until_ms", "at_least_until_ms")
+            if key not in problems and not epoch_ms_in_range(data[key])
+        ]
         problems += [
             key for key in ("name", "locked_by", "token_fingerprint") if not isinstance(data.get(key), str)
         ]
@@ -206,15 +217,19 @@ class DurableObjectLockProvider(LockProvider):
         if with_token and (not isinstance(token, str) or not token):
             problems.append("token")
         if problems:
-            raise self._malformed(what, f"record field(s) {', '.join(problems)} missing or of the wrong type")
+            name = data.get("name")
+            whose = f"record {name!r}" if isinstance(name, str) else "record"
+            raise self._malformed(
+                what, f"{whose} field(s) {', '.join(problems)} missing, of the wrong type or out of range"
+            )
         prefix = str(self.options["key_prefix"])
         key: str = data["name"]
         if not key.startswith(prefix):
             raise self._malformed(what, "the record's name is outside this provider's key_prefix")
         record = LockRecord(
             name=key[len(prefix) :],
-            lock_until=_from_ms(data["lock_until_ms"]),
-            locked_at=_from_ms(data["locked_at_ms"]),
+            lock_until=from_epoch_ms(data["lock_until_ms"]),
+            locked_at=from_epoch_ms(data["locked_at_ms"]),
             locked_by=data["locked_by"],
             token=token if with_token else "",
             fencing_token=data["fencing_token"],
@@ -222,7 +237,7 @@ class DurableObjectLockProvider(LockProvider):
             released=data["released"],
             token_fingerprint=data["token_fingerprint"],
         )
-        return record, _from_ms(data["at_least_until_ms"])
+        return record, from_epoch_ms(data["at_least_until_ms"])
 
     @staticmethod
     def _durations(config: LockConfiguration) -> dict[str, int]:

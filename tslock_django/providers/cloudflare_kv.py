@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import httpx
@@ -38,9 +38,12 @@ from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
 from ..core.records import LockRecord, fingerprint
 from ..exceptions import LockProviderError
+from .epoch import epoch_ms_in_range, from_epoch_ms, to_epoch_ms
+from .http import BEARER_TOKEN_RULE, valid_bearer_token
 from .kv_rest import DEFAULT_BASE_URL, LIST_LIMIT_MAX, KVKey, KVRestNamespace
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: The name this module has always exported for ``to_epoch_ms`` (tests and callers use it).
+epoch_ms = to_epoch_ms
 
 #: Workers KV refuses an ``expiration_ttl`` below this many seconds.
 MIN_EXPIRATION_TTL = 60
@@ -48,15 +51,6 @@ MIN_EXPIRATION_TTL = 60
 MAX_METADATA_BYTES = 1024
 #: The fields of a record, in the order ``@tslock/cloudflare-kv`` writes them.
 RECORD_FIELDS = ("lockUntil", "lockedAt", "lockedBy", "token")
-
-
-def epoch_ms(moment: datetime) -> int:
-    """Whole milliseconds since the Unix epoch (rounded down), as JavaScript's ``Date``."""
-    return to_milliseconds(moment - _EPOCH)
-
-
-def from_epoch_ms(ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=ms)
 
 
 def expiration_ttl(lock_until_ms: int, now_ms: int) -> int:
@@ -72,7 +66,8 @@ class KVRecord:
     lock_until: int
     locked_at: int
     locked_by: str
-    token: str
+    # The ownership token: whoever has it can unlock or extend, so a repr must not show it.
+    token: str = field(repr=False)
 
     def encode(self) -> str:
         """The exact text ``JSON.stringify`` produces for this record in TypeScript."""
@@ -91,8 +86,9 @@ class KVRecord:
         """The record in ``data`` (a decoded JSON value), or ``None`` if it is not one.
 
         Epoch times must be integers (a float with no fraction is accepted: JavaScript
-        has one number type); ``lockedBy`` and ``token`` must be strings. Extra fields
-        are ignored so that a newer writer can add some.
+        has one number type) from 1970 up to year 9999, the range a ``datetime`` holds;
+        ``lockedBy`` and ``token`` must be strings. Extra fields are ignored so that a
+        newer writer can add some.
         """
         if not isinstance(data, dict):
             return None
@@ -101,7 +97,7 @@ class KVRecord:
             value = data.get(key)
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
-            if not isinstance(value, int) or isinstance(value, bool):
+            if not isinstance(value, int) or isinstance(value, bool) or not epoch_ms_in_range(value):
                 return None
             times.append(value)
         locked_by, token = data.get("lockedBy"), data.get("token")
@@ -127,8 +123,9 @@ class KVRecord:
         record = cls.from_json(data)
         if record is None:
             raise LockProviderError(
-                f"key {key!r} holds JSON that is not a lock record (it needs integer lockUntil and "
-                "lockedAt and string lockedBy and token); delete the key or use another key_prefix",
+                f"key {key!r} holds JSON that is not a lock record (it needs lockUntil and lockedAt as "
+                "integer epoch milliseconds between 1970 and year 9999, and string lockedBy and token); "
+                "delete the key or use another key_prefix",
                 alias=alias,
             )
         return record
@@ -213,6 +210,10 @@ class KVLockProvider(LockProvider):
             if not isinstance(opts[key], str) or not opts[key].strip():
                 # Never echo the value: api_token is secret, the others may be pasted wrongly.
                 raise self.option_error(key, "must be a non-empty string from the Cloudflare dashboard")
+        if not valid_bearer_token(opts["api_token"]):
+            # Checked here because the HTTP library would refuse the header only at the first
+            # request, with an error that quotes the header, secret included.
+            raise self.option_error("api_token", BEARER_TOKEN_RULE)
         if not isinstance(opts["key_prefix"], str):
             raise self.option_error(
                 "key_prefix", f"must be a string, got {type(opts['key_prefix']).__name__}"

@@ -24,6 +24,25 @@ from ..exceptions import LockProviderError, LockRateLimited
 POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
 
 
+#: What ``valid_bearer_token`` requires, worded for an option error (never with the value).
+BEARER_TOKEN_RULE = (
+    "must be printable ASCII without spaces, tabs or line breaks (it travels in an HTTP header); "
+    "check for a trailing newline or a character pasted from a rich-text editor"
+)
+
+
+def valid_bearer_token(token: object) -> bool:
+    """Whether ``token`` can travel as ``Authorization: Bearer <token>``: a non-empty
+    string of printable ASCII without whitespace."""
+    return (
+        isinstance(token, str)
+        and bool(token)
+        and token.isascii()
+        and token.isprintable()
+        and not any(ch.isspace() for ch in token)
+    )
+
+
 def make_client(
     *,
     base_url: str,
@@ -49,7 +68,8 @@ def transport_errors(alias: str, what: str) -> Iterator[None]:
 
     ``what`` says which operation failed ("acquire 'job'"); the message keeps the
     exception's class name, which says enough (timeout, refused, reset) without
-    repeating request details.
+    repeating request details. Create the client inside the block too: building its
+    headers can fail, and so can a client that another thread has just closed.
     """
     try:
         yield
@@ -57,10 +77,28 @@ def transport_errors(alias: str, what: str) -> Iterator[None]:
         raise LockProviderError(
             f"{what}: the store did not answer in time ({type(err).__name__})", alias=alias
         ) from err
+    except (httpx.LocalProtocolError, UnicodeEncodeError) as err:
+        # Raised while the request is being built or written, mostly for a header value
+        # the HTTP library refuses. Its text quotes the offending header, and the only
+        # header we fill from settings is Authorization, so the text is never repeated.
+        raise LockProviderError(
+            f"{what}: the request could not be sent because a header value is invalid "
+            f"({type(err).__name__}); check the token for whitespace, line breaks or non-ASCII characters",
+            alias=alias,
+        ) from err
     except httpx.HTTPError as err:
         raise LockProviderError(
             f"{what}: could not reach the store ({type(err).__name__}: {_safe(err)})", alias=alias
         ) from err
+    except RuntimeError as err:
+        # httpx refuses to send on a closed client. The providers open a new client after
+        # close(), so this only reaches a request that raced close() in another thread.
+        # A RuntimeError is still a failure to talk to the store, never "held".
+        if "closed" in str(err):
+            problem = "the provider's HTTP client was closed meanwhile; the next call opens a new one"
+        else:
+            problem = "the HTTP client failed"
+        raise LockProviderError(f"{what}: {problem} ({type(err).__name__})", alias=alias) from err
 
 
 def _safe(err: Exception) -> str:

@@ -21,6 +21,7 @@ message, log line or repr, so an error report can be pasted into an issue as is.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -134,19 +135,38 @@ class KVRestNamespace:
         self.base_url = base_url.rstrip("/")
         self.alias = alias
         self._prefix = f"/accounts/{encode_key(account_id)}/storage/kv/namespaces/{encode_key(namespace_id)}"
-        self._client = make_client(
-            base_url=self.base_url,
-            headers={"Authorization": f"Bearer {api_token}", "Accept": "application/json"},
-            timeout=timeout,
-            transport=transport,
-        )
+        self._api_token = api_token
+        self._timeout = timeout
+        self._transport = transport
+        # Opened on first use and again after close(), so that close() frees the
+        # connections without leaving the namespace (and its provider) unusable.
+        self._client: httpx.Client | None = None
+        self._client_mutex = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<KVRestNamespace {self.base_url} account={self.account_id} namespace={self.namespace_id}>"
 
+    def _http(self) -> httpx.Client:
+        """The pooled client, opened if there is none (call inside ``transport_errors``)."""
+        client = self._client
+        if client is None:
+            with self._client_mutex:
+                client = self._client
+                if client is None:
+                    client = self._client = make_client(
+                        base_url=self.base_url,
+                        headers={"Authorization": f"Bearer {self._api_token}", "Accept": "application/json"},
+                        timeout=self._timeout,
+                        transport=self._transport,
+                    )
+        return client
+
     def close(self) -> None:
-        """Close the pooled connections."""
-        self._client.close()
+        """Close the pooled connections; the next call opens a new client."""
+        with self._client_mutex:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def _value_path(self, key: str) -> str:
         return f"{self._prefix}/values/{encode_key(key)}"
@@ -161,7 +181,7 @@ class KVRestNamespace:
         """
         what = f"read key {key!r}"
         with transport_errors(self.alias, what):
-            response = self._client.get(self._value_path(key))
+            response = self._http().get(self._value_path(key))
         if response.status_code == 200:
             try:
                 return response.content.decode("utf-8")
@@ -193,7 +213,7 @@ class KVRestNamespace:
             )
         params = {"expiration_ttl": str(expiration_ttl)} if expiration_ttl is not None else None
         with transport_errors(self.alias, what):
-            response = self._client.put(self._value_path(key), params=params, files=files)
+            response = self._http().put(self._value_path(key), params=params, files=files)
         self._expect_success(what, response)
 
     def delete(self, key: str) -> None:
@@ -205,7 +225,7 @@ class KVRestNamespace:
         """
         what = f"delete key {key!r}"
         with transport_errors(self.alias, what):
-            response = self._client.delete(self._value_path(key))
+            response = self._http().delete(self._value_path(key))
         if response.status_code == 404 and cloudflare_error(response).code == KEY_NOT_FOUND:
             return
         self._expect_success(what, response)
@@ -226,7 +246,7 @@ class KVRestNamespace:
         if cursor:
             params["cursor"] = cursor
         with transport_errors(self.alias, what):
-            response = self._client.get(f"{self._prefix}/keys", params=params)
+            response = self._http().get(f"{self._prefix}/keys", params=params)
         body = self._expect_success(what, response)
         result = body.get("result")
         info = body.get("result_info") or {}

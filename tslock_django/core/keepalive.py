@@ -73,16 +73,7 @@ class KeepAlive:
             logger.warning("keep-alive for lock %r on %r was refused", held.name, held.provider.alias)
         else:
             logger.warning("keep-alive for lock %r on %r failed: %s", held.name, held.provider.alias, error)
-        signals.notify(
-            signals.keep_alive_failed,
-            sender=type(held.provider),
-            alias=held.provider.alias,
-            name=held.name,
-            record=held.record,
-            error=error,
-            lock_at_most_for=held.lock_at_most_for,
-            lock_at_least_for=held.lock_at_least_for,
-        )
+        held.handle.notify(signals.keep_alive_failed, error=error)
 
     def _lose(self, why: str) -> None:
         logger.error("lock %r on %r is lost: %s", self.held.name, self.held.provider.alias, why)

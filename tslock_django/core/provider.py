@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
+from django.dispatch import Signal
+
 from .. import signals
 from ..exceptions import InvalidLockProvider, LockProviderError, StaleLockHandle
 from .clock import ClockProvider, SystemClock
@@ -113,16 +115,7 @@ class SimpleLock:
             with self._mutex:
                 self._spent = None
             raise
-        signals.notify(
-            signals.lock_released,
-            sender=type(self.provider),
-            alias=self.provider.alias,
-            name=self.name,
-            record=self.record,
-            released=released,
-            lock_at_most_for=self.lock_at_most_for,
-            lock_at_least_for=self.lock_at_least_for,
-        )
+        self.notify(signals.lock_released, released=released)
         return released
 
     def extend(
@@ -146,16 +139,22 @@ class SimpleLock:
             if successor is not None:
                 self._spent = "extend"
         if successor is not None:
-            signals.notify(
-                signals.lock_extended,
-                sender=type(self.provider),
-                alias=self.provider.alias,
-                name=self.name,
-                record=successor.record,
-                lock_at_most_for=config.lock_at_most_for,
-                lock_at_least_for=config.lock_at_least_for,
-            )
+            successor.notify(signals.lock_extended)
         return successor
+
+    def notify(self, signal: Signal, **extra: object) -> None:
+        """Send ``signal`` about this holding, with the arguments every tslock signal
+        carries (``alias``, ``name``, ``record``, the durations) plus ``extra``."""
+        signals.notify(
+            signal,
+            sender=type(self.provider),
+            alias=self.provider.alias,
+            name=self.name,
+            record=self.record,
+            lock_at_most_for=self.lock_at_most_for,
+            lock_at_least_for=self.lock_at_least_for,
+            **extra,
+        )
 
     def __repr__(self) -> str:
         state = f" spent by {self._spent}()" if self._spent else ""

@@ -10,7 +10,6 @@ decides expiry. The wire protocol (v1) is described at the top of ``worker/index
 from __future__ import annotations
 
 import math
-import threading
 from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -25,9 +24,9 @@ from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
 from .http import (
     BEARER_TOKEN_RULE,
+    PooledClient,
     error_for_status,
     json_body,
-    make_client,
     transport_errors,
     valid_bearer_token,
 )
@@ -69,9 +68,16 @@ class DurableObjectLockProvider(LockProvider):
     ) -> None:
         super().__init__(alias, **kwargs)
         self._validate_options()
-        self._transport = transport
-        self._client: httpx.Client | None = None
-        self._client_mutex = threading.Lock()
+        self._pool = PooledClient(
+            base_url=str(self.options["url"]),
+            headers={
+                "Authorization": f"Bearer {self.options['token']}",
+                "Accept": "application/json",
+                "User-Agent": "tslock-django",
+            },
+            timeout=float(self.options["timeout"]),
+            transport=transport,
+        )
 
     # -- options -------------------------------------------------------------------
 
@@ -127,29 +133,11 @@ class DurableObjectLockProvider(LockProvider):
     # -- HTTP ------------------------------------------------------------------------
 
     def _http(self) -> httpx.Client:
-        client = self._client
-        if client is None:
-            with self._client_mutex:
-                client = self._client
-                if client is None:
-                    client = self._client = make_client(
-                        base_url=str(self.options["url"]),
-                        headers={
-                            "Authorization": f"Bearer {self.options['token']}",
-                            "Accept": "application/json",
-                            "User-Agent": "tslock-django",
-                        },
-                        timeout=float(self.options["timeout"]),
-                        transport=self._transport,
-                    )
-        return client
+        return self._pool.get()
 
     def close(self) -> None:
         """Close the pooled HTTP client; the next operation opens a new one."""
-        with self._client_mutex:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self._pool.close()
 
     def _call(
         self,

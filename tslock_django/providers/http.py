@@ -9,6 +9,7 @@ until a Cloudflare provider is configured.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -43,23 +44,46 @@ def valid_bearer_token(token: object) -> bool:
     )
 
 
-def make_client(
-    *,
-    base_url: str,
-    headers: dict[str, str],
-    timeout: float,
-    transport: httpx.BaseTransport | None = None,
-) -> httpx.Client:
-    """A keep-alive client. Credentials go in ``headers`` only, never in the URL, so
-    httpx's own error messages (which quote the URL) cannot leak them."""
-    return httpx.Client(
-        base_url=base_url,
-        headers=headers,
-        timeout=httpx.Timeout(timeout),
-        transport=transport,
-        limits=POOL_LIMITS,
-        follow_redirects=False,
-    )
+class PooledClient:
+    """One keep-alive ``httpx.Client`` shared by every thread of a provider, opened on
+    first use and again after :meth:`close`, so that ``close()`` frees connections without
+    leaving the provider unusable. Credentials go in ``headers`` only, never in the URL,
+    so httpx's own error messages (which quote the URL) cannot leak them."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        headers: dict[str, str],
+        timeout: float,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._settings = {"base_url": base_url, "headers": headers, "timeout": httpx.Timeout(timeout)}
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._mutex = threading.Lock()
+
+    def get(self) -> httpx.Client:
+        """The client, opened if there is none (call inside ``transport_errors``)."""
+        client = self._client
+        if client is None:
+            with self._mutex:
+                client = self._client
+                if client is None:
+                    client = self._client = httpx.Client(
+                        **self._settings,  # type: ignore[arg-type]
+                        transport=self._transport,
+                        limits=POOL_LIMITS,
+                        follow_redirects=False,
+                    )
+        return client
+
+    def close(self) -> None:
+        """Close the pooled connections; the next :meth:`get` opens a new client."""
+        with self._mutex:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
 
 @contextmanager

@@ -21,7 +21,6 @@ message, log line or repr, so an error report can be pasted into an issue as is.
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -29,7 +28,7 @@ from urllib.parse import quote
 import httpx
 
 from ..exceptions import LockProviderError
-from .http import error_for_status, json_body, make_client, transport_errors
+from .http import PooledClient, error_for_status, json_body, transport_errors
 
 #: Where the Cloudflare API lives; tests and local runtimes pass another base URL.
 DEFAULT_BASE_URL = "https://api.cloudflare.com/client/v4"
@@ -135,38 +134,22 @@ class KVRestNamespace:
         self.base_url = base_url.rstrip("/")
         self.alias = alias
         self._prefix = f"/accounts/{encode_key(account_id)}/storage/kv/namespaces/{encode_key(namespace_id)}"
-        self._api_token = api_token
-        self._timeout = timeout
-        self._transport = transport
-        # Opened on first use and again after close(), so that close() frees the
-        # connections without leaving the namespace (and its provider) unusable.
-        self._client: httpx.Client | None = None
-        self._client_mutex = threading.Lock()
+        self._pool = PooledClient(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {api_token}", "Accept": "application/json"},
+            timeout=timeout,
+            transport=transport,
+        )
 
     def __repr__(self) -> str:
         return f"<KVRestNamespace {self.base_url} account={self.account_id} namespace={self.namespace_id}>"
 
     def _http(self) -> httpx.Client:
-        """The pooled client, opened if there is none (call inside ``transport_errors``)."""
-        client = self._client
-        if client is None:
-            with self._client_mutex:
-                client = self._client
-                if client is None:
-                    client = self._client = make_client(
-                        base_url=self.base_url,
-                        headers={"Authorization": f"Bearer {self._api_token}", "Accept": "application/json"},
-                        timeout=self._timeout,
-                        transport=self._transport,
-                    )
-        return client
+        return self._pool.get()
 
     def close(self) -> None:
         """Close the pooled connections; the next call opens a new client."""
-        with self._client_mutex:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self._pool.close()
 
     def _value_path(self, key: str) -> str:
         return f"{self._prefix}/values/{encode_key(key)}"

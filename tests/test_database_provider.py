@@ -72,6 +72,14 @@ class DatabaseBehaviour:
             assert held.unlock() is True
             assert self.other_process_gets(config) is True
 
+    def test_listing_works_inside_a_transaction(self, provider: DatabaseLockProvider) -> None:
+        """The admin page may run under ATOMIC_REQUESTS: reading needs no connection of its own."""
+        held = provider.lock(LockConfiguration("listed", "1m"))
+        assert held is not None
+        with transaction.atomic(using=self.using):
+            (record,) = provider.list_locks("listed")
+        assert record.fencing_token == held.fencing_token and record.state(record.locked_at) == "held"
+
     def test_with_autocommit_off_the_lock_is_still_its_own_transaction(
         self, provider: DatabaseLockProvider
     ) -> None:

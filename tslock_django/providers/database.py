@@ -184,9 +184,9 @@ class DatabaseLockProvider(LockProvider):
 
     @contextmanager
     def _connection(self, what: str) -> Iterator[BaseDatabaseWrapper]:
-        """The caller's connection when it commits each statement at once; otherwise a
-        connection of our own for this one operation (closed afterwards, so threads
-        never leave connections behind)."""
+        """Where an operation that writes runs: the caller's connection when it commits
+        each statement at once; otherwise a connection of our own for this one operation
+        (closed afterwards, so threads never leave connections behind)."""
         shared = connections[self.using]
         if not shared.in_atomic_block and shared.get_autocommit():
             yield shared
@@ -205,26 +205,31 @@ class DatabaseLockProvider(LockProvider):
             private.close()
 
     def _run(
-        self, what: str, sql: str, params: list[Any], *, conflict_means_held: bool = False
+        self,
+        conn: BaseDatabaseWrapper,
+        what: str,
+        sql: str,
+        params: list[Any],
+        *,
+        conflict_means_held: bool = False,
     ) -> tuple[int, list[Any]]:
-        """Execute one statement; returns (rowcount, rows).
+        """Execute one statement on ``conn``; returns (rowcount, rows).
 
         Every database error becomes a ``LockProviderError``, except a unique violation
         of an INSERT (``conflict_means_held``), which is re-raised for the caller.
         """
-        with self._connection(what) as conn:
-            try:
-                with conn.cursor() as cursor:
-                    cursor.execute(sql, params)
-                    rows = cursor.fetchall() if cursor.description else []
-                    return cursor.rowcount, rows
-            except DatabaseError as err:
-                if conflict_means_held and isinstance(err, IntegrityError):
-                    raise
-                # A killed connection stays broken until closed; close it so the next call
-                # reconnects instead of failing forever in a long-running process.
-                conn.close_if_unusable_or_obsolete()
-                raise self._failure(what, err) from err
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall() if cursor.description else []
+                return cursor.rowcount, rows
+        except DatabaseError as err:
+            if conflict_means_held and isinstance(err, IntegrityError):
+                raise
+            # A killed connection stays broken until closed; close it so the next call
+            # reconnects instead of failing forever in a long-running process.
+            conn.close_if_unusable_or_obsolete()
+            raise self._failure(what, err) from err
 
     def _failure(self, what: str, err: BaseException) -> LockProviderError:
         return LockProviderError(
@@ -234,8 +239,14 @@ class DatabaseLockProvider(LockProvider):
     # -- the protocol -----------------------------------------------------------------
 
     def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+        what = f"acquire {config.name!r}"
+        with self._connection(what) as conn:
+            return self._acquire_on(conn, what, config)
+
+    def _acquire_on(
+        self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration
+    ) -> SimpleLock | LockRecord:
         name, token = config.name, secrets.token_hex(16)
-        what = f"acquire {name!r}"
         epoch = self._dialect.epoch_us
         returning = (
             f" RETURNING {epoch('locked_at')}, {epoch('lock_until')}, fencing_token"
@@ -251,7 +262,7 @@ class DatabaseLockProvider(LockProvider):
             f"UPDATE {TABLE} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
             f"fencing_token = fencing_token + 1 WHERE name = %s AND lock_until <= {expired}{returning}"
         )
-        count, rows = self._run(what, update, params)
+        count, rows = self._run(conn, what, update, params)
         if count != 1:
             params = [name]
             until = self._now_plus(config.lock_at_most_for, params)
@@ -264,11 +275,11 @@ class DatabaseLockProvider(LockProvider):
             if self._dialect.returning:
                 insert += " ON CONFLICT (name) DO NOTHING" + returning
             try:
-                count, rows = self._run(what, insert, params, conflict_means_held=True)
+                count, rows = self._run(conn, what, insert, params, conflict_means_held=True)
             except IntegrityError:
                 count = 0
             if count != 1:
-                holder = self._read(name, what)
+                holder = self._read(conn, name, what)
                 if holder is None:
                     # Neither updated nor inserted, yet no row: not "held" but a store
                     # that misbehaves (or a row deleted in between); never report it as held.
@@ -282,7 +293,7 @@ class DatabaseLockProvider(LockProvider):
                 f"SELECT {epoch('locked_at')}, {epoch('lock_until')}, fencing_token FROM {TABLE} "
                 "WHERE name = %s AND token = %s"
             )
-            rows = self._run(what, select, [name, token])[1]
+            rows = self._run(conn, what, select, [name, token])[1]
             if not rows:
                 raise LockProviderError(f"{what}: the row written could not be read back", alias=self.alias)
         locked_at, lock_until, fencing = rows[0]
@@ -297,8 +308,8 @@ class DatabaseLockProvider(LockProvider):
         )
         return self.handle(record, config)
 
-    def _read(self, name: str, what: str) -> LockRecord | None:
-        rows = self._run(what, f"SELECT {self._columns()} FROM {TABLE} WHERE name = %s", [name])[1]
+    def _read(self, conn: BaseDatabaseWrapper, name: str, what: str) -> LockRecord | None:
+        rows = self._run(conn, what, f"SELECT {self._columns()} FROM {TABLE} WHERE name = %s", [name])[1]
         return self._record(rows[0]) if rows else None
 
     def _record(self, row: tuple[Any, ...]) -> LockRecord:
@@ -333,7 +344,9 @@ class DatabaseLockProvider(LockProvider):
             f"UPDATE {TABLE} SET lock_until = CASE WHEN {at_least} > {now} THEN {keep} ELSE {free} END, "
             f"token = '' WHERE name = %s AND token = %s AND lock_until > {still_held}"
         )
-        return self._run(f"unlock {held.name!r}", update, params)[0] == 1
+        what = f"unlock {held.name!r}"
+        with self._connection(what) as conn:
+            return self._run(conn, what, update, params)[0] == 1
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         what = f"extend {held.name!r}"
@@ -347,14 +360,15 @@ class DatabaseLockProvider(LockProvider):
         epoch = self._dialect.epoch_us
         if self._dialect.returning:
             update += f" RETURNING {epoch('lock_until')}"
-        count, rows = self._run(what, update, params)
-        if count != 1:
-            return None
-        if not rows:
-            select = f"SELECT {epoch('lock_until')} FROM {TABLE} WHERE name = %s AND token = %s"
-            rows = self._run(what, select, [held.name, held.token])[1]
-            if not rows:
+        with self._connection(what) as conn:
+            count, rows = self._run(conn, what, update, params)
+            if count != 1:
                 return None
+            if not rows:
+                select = f"SELECT {epoch('lock_until')} FROM {TABLE} WHERE name = %s AND token = %s"
+                rows = self._run(conn, what, select, [held.name, held.token])[1]
+                if not rows:
+                    return None
         lock_until = from_epoch_us(rows[0][0])
         # The store's "now" of the extension, recovered from the deadline it wrote.
         extended_at = lock_until - config.lock_at_most_for
@@ -383,7 +397,9 @@ class DatabaseLockProvider(LockProvider):
         elif isinstance(expected, str):
             update += " AND token = %s"
             params.append(expected)
-        return self._run(f"force-release {name!r}", update, params)[0] == 1
+        what = f"force-release {name!r}"
+        with self._connection(what) as conn:
+            return self._run(conn, what, update, params)[0] == 1
 
     def list_locks(self, prefix: str = "") -> list[LockRecord]:
         select = f"SELECT {self._columns()} FROM {TABLE}"
@@ -392,5 +408,8 @@ class DatabaseLockProvider(LockProvider):
             # LIKE would need escaping per vendor; a range on the primary key is exact.
             select += " WHERE name >= %s AND name < %s"
             params += [prefix, prefix + "\U0010ffff"]
-        rows = self._run("list locks", select + " ORDER BY name", params)[1]
+        # Reading needs no connection of its own: inside the caller's transaction it sees
+        # what was committed (on MySQL, as of the transaction's snapshot), which is what a
+        # listing (the admin page under ATOMIC_REQUESTS) may show.
+        rows = self._run(connections[self.using], "list locks", select + " ORDER BY name", params)[1]
         return [r for r in map(self._record, rows) if r.name.startswith(prefix)]

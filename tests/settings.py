@@ -64,6 +64,18 @@ if CI or reachable("127.0.0.1", 3306):
         },
     }
 
+# A database nobody listens for (port 9 is "discard", closed here): the provider must
+# report it as a store failure. Tests reach it with django_db_blocker.unblock().
+DATABASES["unreachable"] = {
+    "ENGINE": "django.db.backends.postgresql",
+    "NAME": "nothing",
+    "USER": "postgres",
+    "HOST": "127.0.0.1",
+    "PORT": "9",
+    "OPTIONS": {"connect_timeout": 2},
+    "TEST": {"DEPENDENCIES": []},
+}
+
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.lockapp"]  # noqa: F405
 
 TSLOCK_PROVIDERS = {"default": {"BACKEND": "tslock_django.providers.database.DatabaseLockProvider"}}

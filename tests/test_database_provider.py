@@ -80,6 +80,24 @@ class DatabaseBehaviour:
             (record,) = provider.list_locks("listed")
         assert record.fencing_token == held.fencing_token and record.state(record.locked_at) == "held"
 
+    def test_a_failed_listing_leaves_the_callers_transaction_usable(
+        self, provider: DatabaseLockProvider
+    ) -> None:
+        connection = connections[self.using]
+        with pytest.raises(Rollback), transaction.atomic(using=self.using):
+            with connection.cursor() as cursor:
+                cursor.execute("ALTER TABLE tslock_lock RENAME TO tslock_lock_moved")
+            with pytest.raises(LockProviderError, match="list locks"):
+                provider.list_locks()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+                assert cursor.fetchone()[0] == 1, "the caller's transaction must survive the failure"
+            raise Rollback  # puts the table back where DDL is transactional
+        if "tslock_lock_moved" in connection.introspection.table_names():
+            with connection.cursor() as cursor:  # MySQL/MariaDB: DDL commits at once
+                cursor.execute("ALTER TABLE tslock_lock_moved RENAME TO tslock_lock")
+        assert provider.list_locks() == []
+
     def test_with_autocommit_off_the_lock_is_still_its_own_transaction(
         self, provider: DatabaseLockProvider
     ) -> None:
@@ -186,3 +204,21 @@ def test_unsupported_vendors_are_refused_by_name() -> None:
         ),
     ):
         DatabaseLockProvider("db")
+
+
+def test_an_unreachable_database_is_a_store_failure_for_every_operation(django_db_blocker: Any) -> None:
+    provider = DatabaseLockProvider("down", using="unreachable")
+    config = LockConfiguration("job", "1m")
+    with django_db_blocker.unblock():
+        try:
+            for call in (
+                lambda: provider.lock(config),
+                lambda: provider.force_unlock("job", expected=None),
+                provider.list_locks,
+            ):
+                with pytest.raises(LockProviderError) as caught:
+                    call()
+                assert str(caught.value).startswith("lock provider 'down': ")
+                assert "database 'unreachable' failed" in str(caught.value)
+        finally:
+            connections["unreachable"].close()

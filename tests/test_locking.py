@@ -267,3 +267,34 @@ def test_force_unlock_refuses_an_empty_token() -> None:
     with pytest.raises(ValueError, match="non-empty token"):
         providers["default"].force_unlock("job", expected="")
     assert providers["default"].lock(LockConfiguration("job", "1m")) is None
+
+
+def test_locks_left_out_of_order_leave_nothing_behind() -> None:
+    a, b = lock("a", "1m"), lock("b", "1m")
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    b.__exit__(None, None, None)
+    assert current_lock() is None
+    with lock("a", "1m") as again:
+        assert again.fencing_token == 2, "a fresh acquisition, not a stale re-entrant holding"
+
+
+def test_a_released_lock_in_a_copied_context_holds_nothing() -> None:
+    import contextvars
+
+    with lock("c", "1m"):
+        inherited = contextvars.copy_context()  # as an asyncio task started in the block
+    assert inherited.run(current_lock, "c") is None
+    held = inherited.run(lambda: lock("c", "1m").__enter__())
+    assert held.fencing_token == 2
+
+
+def test_exiting_in_another_context_is_a_clear_error() -> None:
+    import contextvars
+
+    shared = lock("d", "1m")
+    held = contextvars.copy_context().run(shared.__enter__)
+    with pytest.raises(TslockError, match="exited in another thread or task"):
+        shared.__exit__(None, None, None)
+    held.release()

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from functools import update_wrapper
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
@@ -269,10 +270,12 @@ def collect_rows(request: HttpRequest, aliases: Sequence[str], now: datetime) ->
     return rows
 
 
-def describe_failure(alias: str, err: BaseException) -> str:
-    """One line for an operator. ``LockProviderError`` and ``InvalidLockProvider`` messages
-    are written not to hold secrets; any other exception is a bug of the provider, whose
-    text we do not trust, so only its type is shown and the traceback goes to the log."""
+def describe_failure(alias: str, err: BaseException, failed_to: str = "be read") -> str:
+    """One line for an operator: "Lock provider 'x' could not <failed_to>: ...".
+
+    ``LockProviderError`` and ``InvalidLockProvider`` messages are written not to hold
+    secrets; any other exception is a bug of the provider, whose text we do not trust,
+    so only its type is shown and the traceback goes to the log."""
     if isinstance(err, InvalidLockProvider):
         return f"Lock provider {alias!r} is not configured correctly: {err}"
     if isinstance(err, LockProviderError):
@@ -280,10 +283,10 @@ def describe_failure(alias: str, err: BaseException) -> str:
         # The error usually starts with "lock provider 'alias': "; do not say it twice.
         prefix = f"lock provider {alias!r}: "
         text = text.removeprefix(prefix)
-        return f"Lock provider {alias!r} could not be read: {text}"
-    logger.error("tslock admin: listing lock provider %r failed", alias, exc_info=err)
+        return f"Lock provider {alias!r} could not {failed_to}: {text}"
+    logger.error("tslock admin: lock provider %r could not %s", alias, failed_to, exc_info=err)
     return (
-        f"Lock provider {alias!r} could not be read: unexpected {type(err).__name__} "
+        f"Lock provider {alias!r} could not {failed_to}: unexpected {type(err).__name__} "
         "(details in the server log)"
     )
 
@@ -338,7 +341,14 @@ class LockAdmin(_ModelAdmin):
                 return self.admin_site.admin_view(view)(*args, **kwargs)
 
             wrapper.model_admin = self  # type: ignore[attr-defined]
-            return update_wrapper(wrapper, view)
+            wrapper = update_wrapper(wrapper, view)
+            # Under ATOMIC_REQUESTS a release would run inside the request's transaction,
+            # where the database provider must use a second connection (and on SQLite,
+            # with its single writer, refuse). These views read stores and release
+            # locks; none of that belongs in a request transaction.
+            for alias in settings.DATABASES:
+                wrapper = transaction.non_atomic_requests(using=alias)(wrapper)
+            return wrapper
 
         base = f"{self.opts.app_label}_{self.opts.model_name}"
         return [
@@ -556,7 +566,7 @@ class LockAdmin(_ModelAdmin):
         except Exception as err:  # noqa: BLE001  (report per lock; release the others)
             messages.error(
                 request,
-                f"Lock {name!r} was not released. {describe_failure(alias, err)}",
+                f"Lock {name!r} was not released. {describe_failure(alias, err, 'release it')}",
             )
             return
         if not released:

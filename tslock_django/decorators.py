@@ -87,7 +87,7 @@ def locked_command(
             from . import providers
 
             try:
-                held, token = take(providers.get(alias), config, keep_alive=keep_alive, wait=wait)
+                held, acquired = take(providers.get(alias), config, keep_alive=keep_alive, wait=wait)
             except LockHeld as refused:
                 line = f"{refused}; {command_name} did not run"
                 if on_locked == "fail":
@@ -105,7 +105,7 @@ def locked_command(
                 return original_handle(self, *args, **options)
             finally:
                 self.lock = outer  # type: ignore[attr-defined]
-                give_back(held, token)
+                give_back(held, acquired)
 
         def _resolve(self: BaseCommand, options: dict[str, Any]) -> tuple[LockConfiguration, str, Any]:
             try:

@@ -11,8 +11,8 @@ from typing import Literal, ParamSpec, TypeVar
 
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
-from .core.executor import HeldLock, HoldToken, give_back, take
-from .exceptions import LockHeld
+from .core.executor import HeldLock, give_back, take
+from .exceptions import LockHeld, TslockError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -21,8 +21,8 @@ OnLocked = Literal["skip", "raise"]
 
 #: What each ``with lock(...)`` entered in this thread or task, innermost last, so that
 #: ``__exit__`` finds its own holding without state on the (shareable) lock object.
-_entered: contextvars.ContextVar[tuple[tuple[lock, HeldLock, HoldToken | None], ...]] = (
-    contextvars.ContextVar("tslock_entered", default=())
+_entered: contextvars.ContextVar[tuple[tuple[lock, HeldLock, bool], ...]] = contextvars.ContextVar(
+    "tslock_entered", default=()
 )
 
 
@@ -80,7 +80,7 @@ class lock:
         self.wait = wait
         self.on_locked = on_locked
 
-    def _take(self) -> tuple[HeldLock, HoldToken | None]:
+    def _take(self) -> tuple[HeldLock, bool]:
         from . import providers
 
         return take(providers.get(self.using), self.config, keep_alive=self.keep_alive, wait=self.wait)
@@ -88,18 +88,24 @@ class lock:
     # -- context manager ---------------------------------------------------------------
 
     def __enter__(self) -> HeldLock:
-        held, token = self._take()
-        _entered.set((*_entered.get(), (self, held, token)))
+        held, acquired = self._take()
+        _entered.set((*_entered.get(), (self, held, acquired)))
         return held
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         entries = _entered.get()
-        index = max(i for i, (owner, _, _) in enumerate(entries) if owner is self)
-        _, held, token = entries[index]
+        mine = [i for i, (owner, _, _) in enumerate(entries) if owner is self]
+        if not mine:
+            raise TslockError(
+                f"{self!r} was exited in another thread or task than the one that entered it; "
+                "enter and exit a lock in the same thread or asyncio task"
+            )
+        index = mine[-1]
+        _, held, acquired = entries[index]
         _entered.set(entries[:index] + entries[index + 1 :])
-        give_back(held, token)
+        give_back(held, acquired)
 
     # -- decorator -------------------------------------------------------------------
 
@@ -113,7 +119,7 @@ class lock:
         @functools.wraps(func)
         def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
             try:
-                held, token = self._take()
+                held, acquired = self._take()
             except LockHeld:
                 if self.on_locked == "raise":
                     raise
@@ -121,7 +127,7 @@ class lock:
             try:
                 return func(*args, **kwargs)
             finally:
-                give_back(held, token)
+                give_back(held, acquired)
 
         return locked
 

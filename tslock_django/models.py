@@ -9,7 +9,11 @@ from django.db import models
 class Lock(models.Model):
     """One row per lock name. Rows are never deleted by locking: after a release they
     keep the last holder (the admin's history) and the fencing counter, which must
-    keep growing across holders."""
+    keep growing across holders.
+
+    The provider writes times as UTC with its own SQL; read rows through
+    ``DatabaseLockProvider.list_locks()``, not this model, whose datetimes would be
+    taken for local time under ``USE_TZ=False``."""
 
     name = models.CharField(max_length=255, primary_key=True)
     lock_until = models.DateTimeField()

@@ -310,6 +310,27 @@ def test_database_provider_release(
     assert state_of(providers["mem"], "mem-job") == "held"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_database_provider_release_under_atomic_requests(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, releaser: Client, release_url: str
+) -> None:
+    """A request transaction would make the SQLite provider refuse the release (one
+    writer); the admin's views run outside it."""
+    from django.db import connections
+
+    monkeypatch.setitem(connections["default"].settings_dict, "ATOMIC_REQUESTS", True)
+    settings.TSLOCK_PROVIDERS = {"default": {"BACKEND": DATABASE_BACKEND}}
+    db_lock = held(providers["default"], "db-job")
+
+    response = releaser.post(
+        release_url, {"lock": [selected(db_lock, "default")], "confirm": "yes"}, follow=True
+    )
+
+    assert messages_of(response, "error") == []
+    [record] = providers["default"].list_locks("db-job")
+    assert record.released
+
+
 def test_confirmation_names_a_provider_that_cannot_be_built(
     settings: Any, releaser: Client, release_url: str
 ) -> None:

@@ -31,7 +31,6 @@ logger = logging.getLogger("tslock_django")
 T = TypeVar("T")
 
 _held: contextvars.ContextVar[tuple[HeldLock, ...]] = contextvars.ContextVar("tslock_held", default=())
-HoldToken = contextvars.Token[tuple["HeldLock", ...]]
 
 
 @dataclass(frozen=True)
@@ -147,6 +146,10 @@ def current_lock(name: str | None = None, alias: str | None = None) -> HeldLock 
     """The innermost lock held here, optionally the one named ``name`` on provider
     ``alias``; else ``None``."""
     for held in reversed(_held.get()):
+        # A released lock may linger in a copied context (an asyncio task started
+        # inside the block); it holds nothing any more.
+        if held.released:
+            continue
         if (name is None or held.name == name) and (alias is None or held.provider.alias == alias):
             return held
     return None
@@ -197,11 +200,11 @@ def acquire(
 
 def take(
     provider: LockProvider, config: LockConfiguration, *, keep_alive: bool = False, wait: DurationLike = 0
-) -> tuple[HeldLock, HoldToken | None]:
+) -> tuple[HeldLock, bool]:
     """Hold ``config`` on ``provider`` for the current thread or task.
 
-    Returns the held lock and the token ``give_back`` needs; the token is ``None`` when
-    this context already held the lock (re-entrant use), and then nothing is acquired.
+    Returns the held lock and whether this call acquired it: ``False`` when this
+    context already held it (re-entrant use), and then ``give_back`` releases nothing.
 
     Raises:
         LockHeld: someone else holds it (``holder`` says who, when the store told us).
@@ -210,21 +213,29 @@ def take(
     """
     existing = current_lock(config.name, provider.alias)
     if existing is not None:
-        return existing, None
+        return existing, False
     check_keep_alive(provider, config, keep_alive)
     attempt, sent = acquire(provider, config, wait=wait)
     if attempt.held is None:
         raise LockHeld(config.name, attempt.holder)
     held = HeldLock(attempt.held, keep_alive=keep_alive, sent_at=sent)
-    return held, _held.set((*_held.get(), held))
+    _held.set((*_held.get(), held))
+    return held, True
 
 
-def give_back(held: HeldLock, token: HoldToken | None) -> None:
-    """Undo ``take``: forget the lock in this context and release it (unless re-entrant)."""
-    if token is None:
+def give_back(held: HeldLock, acquired: bool) -> None:
+    """Undo ``take``: forget the lock in this context and release it (unless re-entrant).
+
+    The lock is removed by identity rather than by resetting the context variable, so
+    locks left in any order (or from another context) never leave a released lock
+    looking held; and it is released whatever happens to the bookkeeping.
+    """
+    if not acquired:
         return
-    _held.reset(token)
-    held.release()
+    try:
+        _held.set(tuple(h for h in _held.get() if h is not held))
+    finally:
+        held.release()
 
 
 class LockingTaskExecutor:
@@ -259,13 +270,13 @@ class LockingTaskExecutor:
             Whatever ``task`` raises (the lock is released first).
         """
         try:
-            held, token = take(self.provider, config, keep_alive=keep_alive, wait=wait)
+            held, acquired = take(self.provider, config, keep_alive=keep_alive, wait=wait)
         except LockHeld as refused:
             return TaskResult(False, None, refused.holder)
         try:
             return TaskResult(True, task())
         finally:
-            give_back(held, token)
+            give_back(held, acquired)
 
 
 def check_keep_alive(provider: LockProvider, config: LockConfiguration, keep_alive: bool) -> None:

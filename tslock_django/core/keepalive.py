@@ -44,6 +44,16 @@ class KeepAlive:
             self._thread.join()
 
     def _run(self) -> None:
+        try:
+            self._extend_until_stopped()
+        finally:
+            # Django opens connections per thread; this thread's would otherwise stay
+            # open until garbage collection.
+            from django.db import connections
+
+            connections.close_all()
+
+    def _extend_until_stopped(self) -> None:
         retry = max(self.interval / _RETRIES_PER_INTERVAL, 0.05)
         wait = self.interval
         while not self._stop.wait(wait):

@@ -21,32 +21,27 @@ provider refuses instead, with a message that says so.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from contextlib import contextmanager, nullcontext
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from django.db import DatabaseError, IntegrityError, connections
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
 from ..core.records import LockRecord, fingerprint
 from ..exceptions import LockProviderError
+from .epoch import from_epoch_us, to_epoch_us
+
+logger = logging.getLogger("tslock_django")
 
 TABLE = "tslock_lock"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICRO = timedelta(microseconds=1)
 _SQLITE_TIME = "'%%Y-%%m-%%d %%H:%%M:%%f'"
-
-
-def to_epoch_us(moment: datetime) -> int:
-    return (moment - _EPOCH) // _MICRO
-
-
-def from_epoch_us(value: Any) -> datetime:
-    return _EPOCH + timedelta(microseconds=int(value))
 
 
 class _Dialect:
@@ -186,9 +181,15 @@ class DatabaseLockProvider(LockProvider):
     def _connection(self, what: str) -> Iterator[BaseDatabaseWrapper]:
         """Where an operation that writes runs: the caller's connection when it commits
         each statement at once; otherwise a connection of our own for this one operation
-        (closed afterwards, so threads never leave connections behind)."""
+        (closed afterwards, so it never outlives the operation)."""
         shared = connections[self.using]
-        if not shared.in_atomic_block and shared.get_autocommit():
+        try:
+            # get_autocommit() connects: an unreachable server fails here.
+            direct = not shared.in_atomic_block and shared.get_autocommit()
+        except DatabaseError as err:
+            shared.close_if_unusable_or_obsolete()
+            raise self._failure(what, err) from err
+        if direct:
             yield shared
             return
         if self.vendor == "sqlite":
@@ -202,7 +203,10 @@ class DatabaseLockProvider(LockProvider):
         try:
             yield private
         finally:
-            private.close()
+            try:
+                private.close()
+            except DatabaseError as err:  # the answer is already in hand; only log this
+                logger.warning("closing a private connection to %r failed: %s", self.using, err)
 
     def _run(
         self,
@@ -227,9 +231,21 @@ class DatabaseLockProvider(LockProvider):
             if conflict_means_held and isinstance(err, IntegrityError):
                 raise
             # A killed connection stays broken until closed; close it so the next call
-            # reconnects instead of failing forever in a long-running process.
-            conn.close_if_unusable_or_obsolete()
+            # reconnects instead of failing forever in a long-running process. Never
+            # inside the caller's transaction: that would end their transaction too.
+            if not conn.in_atomic_block:
+                conn.close_if_unusable_or_obsolete()
             raise self._failure(what, err) from err
+
+    def _time(self, value: Any) -> datetime:
+        """A time column read as epoch microseconds; an unreadable one (NULL, or past
+        year 9999, which PostgreSQL can store) is a malformed row, not a crash."""
+        try:
+            return from_epoch_us(int(value))
+        except (TypeError, ValueError) as err:
+            raise LockProviderError(
+                f"a row of {TABLE} holds an unreadable time ({value!r})", alias=self.alias
+            ) from err
 
     def _failure(self, what: str, err: BaseException) -> LockProviderError:
         return LockProviderError(
@@ -299,8 +315,8 @@ class DatabaseLockProvider(LockProvider):
         locked_at, lock_until, fencing = rows[0]
         record = LockRecord(
             name=name,
-            lock_until=from_epoch_us(lock_until),
-            locked_at=from_epoch_us(locked_at),
+            lock_until=self._time(lock_until),
+            locked_at=self._time(locked_at),
             locked_by=self.locked_by,
             token=token,
             fencing_token=int(fencing),
@@ -316,8 +332,8 @@ class DatabaseLockProvider(LockProvider):
         name, lock_until, locked_at, locked_by, token, fencing = row
         return LockRecord(
             name=name,
-            lock_until=from_epoch_us(lock_until),
-            locked_at=from_epoch_us(locked_at),
+            lock_until=self._time(lock_until),
+            locked_at=self._time(locked_at),
             locked_by=locked_by,
             fencing_token=int(fencing),
             provider=self.alias,
@@ -369,7 +385,7 @@ class DatabaseLockProvider(LockProvider):
                 rows = self._run(conn, what, select, [held.name, held.token])[1]
                 if not rows:
                     return None
-        lock_until = from_epoch_us(rows[0][0])
+        lock_until = self._time(rows[0][0])
         # The store's "now" of the extension, recovered from the deadline it wrote.
         extended_at = lock_until - config.lock_at_most_for
         record = LockRecord(
@@ -411,5 +427,12 @@ class DatabaseLockProvider(LockProvider):
         # Reading needs no connection of its own: inside the caller's transaction it sees
         # what was committed (on MySQL, as of the transaction's snapshot), which is what a
         # listing (the admin page under ATOMIC_REQUESTS) may show.
-        rows = self._run(connections[self.using], "list locks", select + " ORDER BY name", params)[1]
+        shared = connections[self.using]
+        try:
+            # Inside a transaction, a savepoint keeps a failed SELECT from poisoning it
+            # (PostgreSQL aborts the whole transaction on any error).
+            with transaction.atomic(using=self.using) if shared.in_atomic_block else nullcontext():
+                rows = self._run(shared, "list locks", select + " ORDER BY name", params)[1]
+        except DatabaseError as err:  # the savepoint's own statements
+            raise self._failure("list locks", err) from err
         return [r for r in map(self._record, rows) if r.name.startswith(prefix)]

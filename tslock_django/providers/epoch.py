@@ -1,4 +1,5 @@
-"""Epoch milliseconds, the time format of both Cloudflare stores (JavaScript's ``Date.now()``).
+"""Epoch times: milliseconds for both Cloudflare stores (JavaScript's ``Date.now()``),
+microseconds for the database provider's SQL.
 
 Both stores hand back numbers written by someone else (a Worker, another client of the
 namespace), so reading them checks the range first: ``datetime`` stops at year 9999,
@@ -37,3 +38,25 @@ def from_epoch_ms(value: int) -> datetime:
     if not epoch_ms_in_range(value):
         raise ValueError(f"{value} epoch milliseconds is outside 1970..9999")
     return EPOCH + timedelta(milliseconds=value)
+
+
+# Microseconds: how the database provider moves times between Python and SQL.
+_MICROSECOND = timedelta(microseconds=1)
+#: The last microsecond a ``datetime`` can hold.
+MAX_EPOCH_US = (datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=timezone.utc) - EPOCH) // _MICROSECOND
+
+
+def to_epoch_us(moment: datetime) -> int:
+    """Whole microseconds since the Unix epoch."""
+    return (moment - EPOCH) // _MICROSECOND
+
+
+def from_epoch_us(value: int) -> datetime:
+    """The aware UTC datetime ``value`` microseconds after the epoch.
+
+    Raises:
+        ValueError: ``value`` is before 1970 or after year 9999.
+    """
+    if not 0 <= value <= MAX_EPOCH_US:
+        raise ValueError(f"{value} epoch microseconds is outside 1970..9999")
+    return EPOCH + timedelta(microseconds=value)

@@ -14,7 +14,8 @@ PY_SOURCES := $(wildcard tslock_django tests testproject bench manage.py)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
-	$(PY) -m pip install --quiet --group test -e .
+	# The bench group too: make test runs the benchmarks' quick smoke run.
+	$(PY) -m pip install --quiet --group test --group bench -e .
 	touch $@
 
 venv: $(STAMP)
@@ -49,7 +50,6 @@ demo: venv
 	PROVIDER=$(PROVIDER) $(PY) testproject/run_demo.py
 
 bench: venv npm
-	$(PY) -m pip install --quiet --group bench
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:

@@ -1,6 +1,6 @@
 """The Durable Object provider on the local Workers runtime against raw httpx requests.
 
-Both contenders use a client built by the same helper (``providers.http.make_client``:
+Both contenders use a client built by the same helper (``providers.http.PooledClient``:
 same headers, timeout and keep-alive pool) over a request-counting wrapper around
 httpx's real transport, and send the same JSON bodies. Requests per operation are
 counted by that wrapper on the client side (the Worker does not count requests).
@@ -34,7 +34,7 @@ class CountingTransport(httpx.BaseTransport):
 def run(rounds: int, seconds: float) -> dict[str, Any]:
     from tslock_django import LockConfiguration
     from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-    from tslock_django.providers.http import make_client
+    from tslock_django.providers.http import PooledClient
     from tslock_django.testing.worker_runtime import LocalWorker
 
     with LocalWorker() as worker:
@@ -42,7 +42,7 @@ def run(rounds: int, seconds: float) -> dict[str, Any]:
         provider = DurableObjectLockProvider(
             "bench", url=worker.url, token=worker.token, transport=counted, timeout=10.0
         )
-        raw = make_client(
+        raw = PooledClient(
             base_url=worker.url,
             headers={
                 "Authorization": f"Bearer {worker.token}",
@@ -51,7 +51,7 @@ def run(rounds: int, seconds: float) -> dict[str, Any]:
             },
             timeout=10.0,
             transport=CountingTransport(httpx.HTTPTransport()),
-        )
+        ).get()
         config = LockConfiguration("bench-do-tslock", "1m")
 
         def tslock_cycle() -> None:

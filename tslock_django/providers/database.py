@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -38,6 +39,8 @@ from ..exceptions import LockProviderError
 from .epoch import from_epoch_us, to_epoch_us
 
 logger = logging.getLogger("tslock_django")
+
+T = TypeVar("T")
 
 TABLE = "tslock_lock"
 _MICRO = timedelta(microseconds=1)
@@ -117,6 +120,69 @@ class _SQLite(_Dialect):
 _DIALECTS: dict[str, type[_Dialect]] = {"postgresql": _PostgreSQL, "mysql": _MySQL, "sqlite": _SQLite}
 
 
+@dataclass(frozen=True)
+class _Statements:
+    """Every statement the provider runs, written once per provider: the text depends
+    only on the vendor and on whose clock decides. Where "now" is the caller's clock it
+    is a parameter, and the parameter lists below follow the placeholders in order."""
+
+    acquire_update: str
+    acquire_insert: str
+    read_back: str
+    read: str
+    unlock: str
+    extend: str
+    extend_read_back: str
+    force_unlock: str
+    list_all: str
+
+    @classmethod
+    def build(cls, dialect: _Dialect, use_db_time: bool) -> _Statements:
+        epoch = dialect.epoch_us
+        now = dialect.now() if use_db_time else dialect.instant()
+        until = dialect.plus(dialect.now()) if use_db_time else dialect.instant()
+        instant = dialect.instant()
+        columns = f"name, {epoch('lock_until')}, {epoch('locked_at')}, locked_by, token, fencing_token"
+        taken = f"{epoch('locked_at')}, {epoch('lock_until')}, fencing_token"
+        returning = f" RETURNING {taken}" if dialect.returning else ""
+        insert = (
+            f"INSERT INTO {TABLE} (name, lock_until, locked_at, locked_by, token, fencing_token) "
+            f"VALUES (%s, {until}, {now}, %s, %s, 1)"
+        )
+        if dialect.returning:
+            insert += " ON CONFLICT (name) DO NOTHING" + returning
+        extend = (
+            f"UPDATE {TABLE} SET lock_until = {until} WHERE name = %s AND token = %s AND lock_until > {now}"
+        )
+        return cls(
+            # [until, now, locked_by, token, name, now]
+            acquire_update=(
+                f"UPDATE {TABLE} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
+                f"fencing_token = fencing_token + 1 WHERE name = %s AND lock_until <= {now}{returning}"
+            ),
+            # [name, until, now, locked_by, token]
+            acquire_insert=insert,
+            # [name, token]: MySQL/MariaDB have no UPDATE ... RETURNING
+            read_back=f"SELECT {taken} FROM {TABLE} WHERE name = %s AND token = %s",
+            # [name]
+            read=f"SELECT {columns} FROM {TABLE} WHERE name = %s",
+            # [at_least, now, at_least, now, name, token, now]
+            unlock=(
+                f"UPDATE {TABLE} SET lock_until = CASE WHEN {instant} > {now} THEN {instant} ELSE {now} END, "
+                f"token = '' WHERE name = %s AND token = %s AND lock_until > {now}"
+            ),
+            # [until, name, token, now]
+            extend=extend + (f" RETURNING {epoch('lock_until')}" if dialect.returning else ""),
+            # [name, token]
+            extend_read_back=f"SELECT {epoch('lock_until')} FROM {TABLE} WHERE name = %s AND token = %s",
+            # [now, name, now] + [fencing token or token]
+            force_unlock=(
+                f"UPDATE {TABLE} SET lock_until = {now}, token = '' WHERE name = %s AND lock_until > {now}"
+            ),
+            list_all=f"SELECT {columns} FROM {TABLE}",
+        )
+
+
 class DatabaseLockProvider(LockProvider):
     """Locks in the ``tslock_lock`` table of a Django database (PostgreSQL,
     MySQL/MariaDB or SQLite).
@@ -152,35 +218,27 @@ class DatabaseLockProvider(LockProvider):
                 f"{', '.join(sorted(_DIALECTS))}",
             )
         self.vendor = vendor
-        self._dialect = _DIALECTS[vendor]()
         self.use_db_time = self.options["use_db_time"]
+        self._dialect = _DIALECTS[vendor]()
+        self._sql = _Statements.build(self._dialect, self.use_db_time)
 
-    # -- statements -------------------------------------------------------------------
+    # -- parameters for "now" ---------------------------------------------------------
 
-    def _now(self, params: list[Any]) -> str:
-        """SQL for "now" (appending its parameter, if any, to ``params``)."""
+    def _now(self) -> list[Any]:
+        """The parameter of "now": none on the database's clock, else the caller's."""
+        return [] if self.use_db_time else [to_epoch_us(self.clock.now())]
+
+    def _until(self, delta: timedelta) -> list[Any]:
+        """The parameter of "now + delta"."""
         if self.use_db_time:
-            return self._dialect.now()
-        params.append(to_epoch_us(self.clock.now()))
-        return self._dialect.instant()
-
-    def _now_plus(self, delta: timedelta, params: list[Any]) -> str:
-        if self.use_db_time:
-            params.append(delta // _MICRO)
-            return self._dialect.plus(self._dialect.now())
-        params.append(to_epoch_us(self.clock.now() + delta))
-        return self._dialect.instant()
-
-    def _columns(self) -> str:
-        epoch = self._dialect.epoch_us
-        return f"name, {epoch('lock_until')}, {epoch('locked_at')}, locked_by, token, fencing_token"
+            return [delta // _MICRO]
+        return [to_epoch_us(self.clock.now() + delta)]
 
     # -- connections ---------------------------------------------------------------
 
-    @contextmanager
-    def _connection(self, what: str) -> Iterator[BaseDatabaseWrapper]:
-        """Where an operation that writes runs: the caller's connection when it commits
-        each statement at once; otherwise a connection of our own for this one operation
+    def _on_connection(self, what: str, operation: Callable[[BaseDatabaseWrapper], T]) -> T:
+        """Run an operation that writes: on the caller's connection when it commits each
+        statement at once; otherwise on a connection of our own for this one operation
         (closed afterwards, so it never outlives the operation)."""
         shared = connections[self.using]
         try:
@@ -190,8 +248,7 @@ class DatabaseLockProvider(LockProvider):
             shared.close_if_unusable_or_obsolete()
             raise self._failure(what, err) from err
         if direct:
-            yield shared
-            return
+            return operation(shared)
         if self.vendor == "sqlite":
             raise LockProviderError(
                 f"{what}: database {self.using!r} is SQLite, which allows one writer at a time, and "
@@ -201,7 +258,7 @@ class DatabaseLockProvider(LockProvider):
             )
         private = type(shared)(dict(shared.settings_dict), alias=self.using)
         try:
-            yield private
+            return operation(private)
         finally:
             try:
                 private.close()
@@ -215,9 +272,12 @@ class DatabaseLockProvider(LockProvider):
         sql: str,
         params: list[Any],
         *,
+        fetch: bool = False,
         conflict_means_held: bool = False,
     ) -> tuple[int, list[Any]]:
-        """Execute one statement on ``conn``; returns (rowcount, rows).
+        """Execute one statement on ``conn``; returns (rowcount, rows), rows only when
+        ``fetch`` (the statement returns some: we say so rather than ask the cursor,
+        whose ``description`` psycopg builds anew on every access).
 
         Every database error becomes a ``LockProviderError``, except a unique violation
         of an INSERT (``conflict_means_held``), which is re-raised for the caller.
@@ -225,7 +285,7 @@ class DatabaseLockProvider(LockProvider):
         try:
             with conn.cursor() as cursor:
                 cursor.execute(sql, params)
-                rows = cursor.fetchall() if cursor.description else []
+                rows = cursor.fetchall() if fetch else []
                 return cursor.rowcount, rows
         except DatabaseError as err:
             if conflict_means_held and isinstance(err, IntegrityError):
@@ -256,60 +316,35 @@ class DatabaseLockProvider(LockProvider):
 
     def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
         what = f"acquire {config.name!r}"
-        with self._connection(what) as conn:
-            return self._acquire_on(conn, what, config)
+        return self._on_connection(what, lambda conn: self._acquire_on(conn, what, config))
 
     def _acquire_on(
         self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration
     ) -> SimpleLock | LockRecord:
-        name, token = config.name, secrets.token_hex(16)
-        epoch = self._dialect.epoch_us
-        returning = (
-            f" RETURNING {epoch('locked_at')}, {epoch('lock_until')}, fencing_token"
-            if self._dialect.returning
-            else ""
-        )
-        params: list[Any] = []
-        until = self._now_plus(config.lock_at_most_for, params)
-        now = self._now(params)
-        params += [self.locked_by, token, name]
-        expired = self._now(params)
-        update = (
-            f"UPDATE {TABLE} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
-            f"fencing_token = fencing_token + 1 WHERE name = %s AND lock_until <= {expired}{returning}"
-        )
-        count, rows = self._run(conn, what, update, params)
+        name, token, sql = config.name, secrets.token_hex(16), self._sql
+        now = self._now()
+        params = [*self._until(config.lock_at_most_for), *now, self.locked_by, token, name, *now]
+        returning = self._dialect.returning
+        count, rows = self._run(conn, what, sql.acquire_update, params, fetch=returning)
         if count != 1:
-            params = [name]
-            until = self._now_plus(config.lock_at_most_for, params)
-            now = self._now(params)
-            params += [self.locked_by, token]
-            insert = (
-                f"INSERT INTO {TABLE} (name, lock_until, locked_at, locked_by, token, fencing_token) "
-                f"VALUES (%s, {until}, {now}, %s, %s, 1)"
-            )
-            if self._dialect.returning:
-                insert += " ON CONFLICT (name) DO NOTHING" + returning
+            params = [name, *self._until(config.lock_at_most_for), *self._now(), self.locked_by, token]
             try:
-                count, rows = self._run(conn, what, insert, params, conflict_means_held=True)
+                count, rows = self._run(
+                    conn, what, sql.acquire_insert, params, fetch=returning, conflict_means_held=True
+                )
             except IntegrityError:
                 count = 0
             if count != 1:
                 holder = self._read(conn, name, what)
                 if holder is None:
                     # Neither updated nor inserted, yet no row: not "held" but a store
-                    # that misbehaves (or a row deleted in between); never report it as held.
+                    # that misbehaves; never report that as held.
                     raise LockProviderError(
                         f"{what}: the row could neither be taken nor created", alias=self.alias
                     )
                 return holder
         if not rows:
-            # No RETURNING (MySQL/MariaDB): read back what we wrote, by our token.
-            select = (
-                f"SELECT {epoch('locked_at')}, {epoch('lock_until')}, fencing_token FROM {TABLE} "
-                "WHERE name = %s AND token = %s"
-            )
-            rows = self._run(conn, what, select, [name, token])[1]
+            rows = self._run(conn, what, sql.read_back, [name, token], fetch=True)[1]
             if not rows:
                 raise LockProviderError(f"{what}: the row written could not be read back", alias=self.alias)
         locked_at, lock_until, fencing = rows[0]
@@ -325,7 +360,7 @@ class DatabaseLockProvider(LockProvider):
         return self.handle(record, config)
 
     def _read(self, conn: BaseDatabaseWrapper, name: str, what: str) -> LockRecord | None:
-        rows = self._run(conn, what, f"SELECT {self._columns()} FROM {TABLE} WHERE name = %s", [name])[1]
+        rows = self._run(conn, what, self._sql.read, [name], fetch=True)[1]
         return self._record(rows[0]) if rows else None
 
     def _record(self, row: tuple[Any, ...]) -> LockRecord:
@@ -341,50 +376,30 @@ class DatabaseLockProvider(LockProvider):
             token_fingerprint=fingerprint(token) if token else "",
         )
 
-    def _instant(self, moment: datetime, params: list[Any]) -> str:
-        params.append(to_epoch_us(moment))
-        return self._dialect.instant()
-
     def _unlock(self, held: SimpleLock) -> bool:
         # The at-least deadline came from this database's clock (locked_at, or the
         # extension's "now", plus lock_at_least_for), so it is compared with that clock.
-        # Parameters are appended in the order their placeholders appear.
-        params: list[Any] = []
-        at_least = self._instant(held.lock_at_least_until, params)
-        now = self._now(params)
-        keep = self._instant(held.lock_at_least_until, params)
-        free = self._now(params)
-        params += [held.name, held.token]
-        still_held = self._now(params)
-        update = (
-            f"UPDATE {TABLE} SET lock_until = CASE WHEN {at_least} > {now} THEN {keep} ELSE {free} END, "
-            f"token = '' WHERE name = %s AND token = %s AND lock_until > {still_held}"
-        )
         what = f"unlock {held.name!r}"
-        with self._connection(what) as conn:
-            return self._run(conn, what, update, params)[0] == 1
+        at_least, now = to_epoch_us(held.lock_at_least_until), self._now()
+        params = [at_least, *now, at_least, *now, held.name, held.token, *now]
+        return self._on_connection(what, lambda conn: self._run(conn, what, self._sql.unlock, params)[0] == 1)
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         what = f"extend {held.name!r}"
-        params: list[Any] = []
-        until = self._now_plus(config.lock_at_most_for, params)
-        params += [held.name, held.token]
-        now = self._now(params)
-        update = (
-            f"UPDATE {TABLE} SET lock_until = {until} WHERE name = %s AND token = %s AND lock_until > {now}"
-        )
-        epoch = self._dialect.epoch_us
-        if self._dialect.returning:
-            update += f" RETURNING {epoch('lock_until')}"
-        with self._connection(what) as conn:
-            count, rows = self._run(conn, what, update, params)
+        params = [*self._until(config.lock_at_most_for), held.name, held.token, *self._now()]
+
+        def extend(conn: BaseDatabaseWrapper) -> list[Any] | None:
+            count, rows = self._run(conn, what, self._sql.extend, params, fetch=self._dialect.returning)
             if count != 1:
                 return None
-            if not rows:
-                select = f"SELECT {epoch('lock_until')} FROM {TABLE} WHERE name = %s AND token = %s"
-                rows = self._run(conn, what, select, [held.name, held.token])[1]
-                if not rows:
-                    return None
+            if rows:
+                return rows
+            read_back = self._sql.extend_read_back
+            return self._run(conn, what, read_back, [held.name, held.token], fetch=True)[1] or None
+
+        rows = self._on_connection(what, extend)
+        if rows is None:
+            return None
         lock_until = self._time(rows[0][0])
         # The store's "now" of the extension, recovered from the deadline it wrote.
         extended_at = lock_until - config.lock_at_most_for
@@ -400,30 +415,21 @@ class DatabaseLockProvider(LockProvider):
         return self.handle(record, config, lock_at_least_until=extended_at + config.lock_at_least_for)
 
     def _force_unlock(self, name: str, expected: int | str | None) -> bool:
-        params: list[Any] = []
-        now = self._now(params)
-        params.append(name)
-        still_held = self._now(params)
-        update = (
-            f"UPDATE {TABLE} SET lock_until = {now}, token = '' WHERE name = %s AND lock_until > {still_held}"
-        )
-        if isinstance(expected, int):
-            update += " AND fencing_token = %s"
-            params.append(expected)
-        elif isinstance(expected, str):
-            update += " AND token = %s"
-            params.append(expected)
         what = f"force-release {name!r}"
-        with self._connection(what) as conn:
-            return self._run(conn, what, update, params)[0] == 1
+        now = self._now()
+        sql, params = self._sql.force_unlock, [*now, name, *now]
+        if isinstance(expected, int):
+            sql, params = sql + " AND fencing_token = %s", [*params, expected]
+        elif isinstance(expected, str):
+            sql, params = sql + " AND token = %s", [*params, expected]
+        return self._on_connection(what, lambda conn: self._run(conn, what, sql, params)[0] == 1)
 
     def list_locks(self, prefix: str = "") -> list[LockRecord]:
-        select = f"SELECT {self._columns()} FROM {TABLE}"
-        params: list[Any] = []
+        select, params = self._sql.list_all, []
         if prefix:
             # LIKE would need escaping per vendor; a range on the primary key is exact.
             select += " WHERE name >= %s AND name < %s"
-            params += [prefix, prefix + "\U0010ffff"]
+            params = [prefix, prefix + "\U0010ffff"]
         # Reading needs no connection of its own: inside the caller's transaction it sees
         # what was committed (on MySQL, as of the transaction's snapshot), which is what a
         # listing (the admin page under ATOMIC_REQUESTS) may show.
@@ -432,7 +438,7 @@ class DatabaseLockProvider(LockProvider):
             # Inside a transaction, a savepoint keeps a failed SELECT from poisoning it
             # (PostgreSQL aborts the whole transaction on any error).
             with transaction.atomic(using=self.using) if shared.in_atomic_block else nullcontext():
-                rows = self._run(shared, "list locks", select + " ORDER BY name", params)[1]
+                rows = self._run(shared, "list locks", select + " ORDER BY name", params, fetch=True)[1]
         except DatabaseError as err:  # the savepoint's own statements
             raise self._failure("list locks", err) from err
         return [r for r in map(self._record, rows) if r.name.startswith(prefix)]

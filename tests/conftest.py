@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 
+from tslock_django.testing.worker_runtime import LocalWorker
+
+ROOT = Path(__file__).resolve().parent.parent
 CI = bool(os.environ.get("CI"))
+NO_NODE = "Node.js is not installed: the real Workers runtime (Miniflare/workerd) needs node >= 20"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -27,3 +36,45 @@ def database_marks(alias: str, server: str) -> list[pytest.MarkDecorator]:
         pytest.mark.skipif(not available, reason=f"{server} is not reachable here (required when CI is set)"),
         pytest.mark.django_db(databases=[alias] if available else [], transaction=True),
     ]
+
+
+def require_node() -> None:
+    """Skip (with the reason) when Node.js is absent on a developer machine; under CI
+    the runtime is required, so the start-up error is raised instead."""
+    if shutil.which("node") is None and not CI:
+        pytest.skip(reason=NO_NODE)
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[LocalWorker]:
+    """The tslock Worker on the real Workers runtime, one per test module."""
+    require_node()
+    with LocalWorker() as running:
+        yield running
+
+
+def start_manage(database: Path, *args: str) -> subprocess.Popen[str]:
+    """``manage.py ARGS`` of the demo project in a real process, on the SQLite file
+    ``database`` with the database provider (what a cron job would run)."""
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="testproject.settings",
+        DATABASE_URL=f"sqlite:///{database}",
+        TSLOCK_URL="db://default",
+    )
+    env.pop("TSLOCK_EDGE_URL", None)
+    return subprocess.Popen(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def run_manage(database: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``start_manage`` to the end (two minutes at most)."""
+    process = start_manage(database, *args)
+    out, err = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
@@ -14,6 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
+from tests.conftest import start_manage
 from tests.lockapp.management.commands import locked_job, locked_keepalive
 from tslock_django import LockConfiguration, LockProviderError, locked_command, providers
 from tslock_django.decorators import EXIT_LOCKED
@@ -164,38 +162,20 @@ def test_decorating_something_else_or_bad_arguments_fails_early() -> None:
         call_command(Command())
 
 
-def _manage(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    env = dict(
-        os.environ,
-        DJANGO_SETTINGS_MODULE="testproject.settings",
-        DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.sqlite3'}",
-        TSLOCK_URL="db://default",
-    )
-    env.pop("TSLOCK_EDGE_URL", None)
-    return subprocess.Popen(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
 def test_real_processes_exit_statuses(tmp_path: Path) -> None:
     """Two real processes on one SQLite file: one runs, one skips with status 0; an
     unmigrated database is a store failure with status 1 and the command not run."""
-    unmigrated = _manage(tmp_path, "demo_report", "--seconds", "0")
+    unmigrated = start_manage(tmp_path / "jobs.sqlite3", "demo_report", "--seconds", "0")
     out, err = unmigrated.communicate(timeout=60)
     assert unmigrated.returncode == 1
     assert "lock provider 'default'" in err and "did not run" in err
     assert "ran:" not in out
 
-    migrate = _manage(tmp_path, "migrate", "--verbosity", "0")
+    migrate = start_manage(tmp_path / "jobs.sqlite3", "migrate", "--verbosity", "0")
     assert migrate.wait(timeout=120) == 0
-    first = _manage(tmp_path, "demo_report", "--seconds", "3")
+    first = start_manage(tmp_path / "jobs.sqlite3", "demo_report", "--seconds", "3")
     assert first.stdout is not None and first.stdout.readline().startswith("ran:")
-    second = _manage(tmp_path, "demo_report", "--seconds", "0")
+    second = start_manage(tmp_path / "jobs.sqlite3", "demo_report", "--seconds", "0")
     out2, err2 = second.communicate(timeout=60)
     first.communicate(timeout=60)
     assert (first.returncode, second.returncode) == (0, 0)

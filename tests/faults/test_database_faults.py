@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from tests.conftest import database_marks
+from tests.conftest import database_marks, run_manage
 from tslock_django import LockConfiguration, LockProviderError
 from tslock_django.models import Lock
 from tslock_django.providers.database import DatabaseLockProvider
@@ -103,25 +103,12 @@ def test_missing_table_is_a_provider_error(alias: str, server: str) -> None:
     assert provider.lock(config) is not None, "the provider recovers once the table is back"
 
 
-def _manage(database: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(
-        os.environ,
-        DJANGO_SETTINGS_MODULE="testproject.settings",
-        DATABASE_URL=f"sqlite:///{database}",
-        TSLOCK_URL="db://default",
-    )
-    env.pop("TSLOCK_EDGE_URL", None)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
-
-
 def test_decorated_command_with_the_table_dropped_fails_closed(tmp_path: Path) -> None:
     database = tmp_path / "jobs.sqlite3"
-    assert _manage(database, "migrate", "--verbosity", "0").returncode == 0
+    assert run_manage(database, "migrate", "--verbosity", "0").returncode == 0
     with sqlite3.connect(database) as raw:
         raw.execute("DROP TABLE tslock_lock")
-    done = _manage(database, "demo_report", "--seconds", "0")
+    done = run_manage(database, "demo_report", "--seconds", "0")
     assert done.returncode == 1
     assert "ran:" not in done.stdout
     assert "lock provider 'default'" in done.stderr and "did not run" in done.stderr, done.stderr
@@ -129,9 +116,9 @@ def test_decorated_command_with_the_table_dropped_fails_closed(tmp_path: Path) -
     # Bring the table back as check tslock.E007 advises; E007 is itself an error of the
     # database checks that migrate runs, so the advice only works with --skip-checks.
     back = ["--skip-checks", "--verbosity", "0"]
-    assert _manage(database, "migrate", "tslock_django", "zero", "--fake", *back).returncode == 0
-    assert _manage(database, "migrate", *back).returncode == 0
-    again = _manage(database, "demo_report", "--seconds", "0")
+    assert run_manage(database, "migrate", "tslock_django", "zero", "--fake", *back).returncode == 0
+    assert run_manage(database, "migrate", *back).returncode == 0
+    again = run_manage(database, "demo_report", "--seconds", "0")
     assert again.returncode == 0 and again.stdout.startswith("ran:"), again.stderr
 
 

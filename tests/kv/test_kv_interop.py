@@ -113,7 +113,7 @@ def test_javascript_reads_our_record_and_writes_the_same_bytes(
     if node is None:
         if os.environ.get("CI"):
             pytest.fail("node is required in CI for the JavaScript round-trip test")
-        pytest.skip("node is not installed: cannot check the record with JavaScript's JSON")
+        pytest.skip(reason="node is not installed: cannot check the record with JavaScript's JSON")
     provider = make_provider()
     provider.locked_by = 'host-\u00e9\u65e5\u672c:1 \\ "q" \t'
     held = provider.lock(LockConfiguration("js", "1h"))

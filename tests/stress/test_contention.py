@@ -6,11 +6,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,14 +106,6 @@ def test_database_provider_has_one_holder_at_a_time(
 ) -> None:
     outcomes, entries = contend(tmp_path, stress_size, database_spec(alias))
     assert_one_holder_at_a_time(stress_size, outcomes, entries)
-
-
-@pytest.fixture(scope="module")
-def worker() -> Iterator[LocalWorker]:
-    if shutil.which("node") is None and not os.environ.get("CI"):
-        pytest.skip("Node.js is not installed: the real Workers runtime (Miniflare/workerd) needs node >= 20")
-    with LocalWorker() as running:
-        yield running
 
 
 def test_durable_object_provider_has_one_holder_at_a_time(

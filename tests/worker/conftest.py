@@ -4,7 +4,6 @@ own so that tests never see each other's locks."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 import uuid
@@ -13,17 +12,9 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
+from tests.conftest import require_node
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 from tslock_django.testing.worker_runtime import LocalWorker
-
-NODE_MISSING = shutil.which("node") is None
-
-
-def require_node() -> None:
-    """Skip (with the reason) when Node.js is absent on a developer machine; under CI
-    the runtime is required, so the start-up error is raised instead."""
-    if NODE_MISSING and not os.environ.get("CI"):
-        pytest.skip("Node.js is not installed: the real Workers runtime (Miniflare/workerd) needs node >= 20")
 
 
 @pytest.fixture

@@ -20,15 +20,18 @@ if TYPE_CHECKING:
     from .core.configuration import LockConfiguration
     from .core.executor import HeldLock, LockingTaskExecutor, TaskResult, assert_locked, current_lock
     from .core.provider import LockProvider, SimpleLock
+    from .core.query import ListingSupport, LockPage, LockQuery
     from .core.records import LockRecord
     from .decorators import locked_command
     from .exceptions import (
+        InvalidCursor,
         InvalidLockProvider,
         LockHeld,
         LockProviderError,
         LockRateLimited,
         StaleLockHandle,
         TslockError,
+        UnsupportedQuery,
     )
     from .locking import lock
 
@@ -47,25 +50,34 @@ _EXPORTS = {
     "current_lock": ".core.executor",
     "LockProvider": ".core.provider",
     "SimpleLock": ".core.provider",
+    "ListingSupport": ".core.query",
+    "LockPage": ".core.query",
+    "LockQuery": ".core.query",
     "LockRecord": ".core.records",
     "locked_command": ".decorators",
+    "InvalidCursor": ".exceptions",
     "InvalidLockProvider": ".exceptions",
     "LockHeld": ".exceptions",
     "LockProviderError": ".exceptions",
     "LockRateLimited": ".exceptions",
     "StaleLockHandle": ".exceptions",
     "TslockError": ".exceptions",
+    "UnsupportedQuery": ".exceptions",
     "lock": ".locking",
 }
 
 __all__ = [
     "ClockProvider",
     "HeldLock",
+    "InvalidCursor",
     "InvalidLockProvider",
+    "ListingSupport",
     "LockConfiguration",
     "LockHeld",
+    "LockPage",
     "LockProvider",
     "LockProviderError",
+    "LockQuery",
     "LockRateLimited",
     "LockRecord",
     "LockingTaskExecutor",
@@ -75,6 +87,7 @@ __all__ = [
     "SystemClock",
     "TaskResult",
     "TslockError",
+    "UnsupportedQuery",
     "assert_locked",
     "current_lock",
     "lock",

@@ -68,6 +68,17 @@ class StaleLockHandle(TslockError):
     """
 
 
+class InvalidCursor(ValueError):
+    """A listing cursor that this site did not give out for this query and provider:
+    altered, truncated, signed with another ``SECRET_KEY``, or from another query."""
+
+
+class UnsupportedQuery(ValueError):
+    """The store cannot answer this listing query without reading every record (for
+    example Workers KV asked to sort by ``lock_until``); ``provider.listing`` says what
+    it can answer."""
+
+
 class InvalidLockProvider(ImproperlyConfigured):
     """``TSLOCK_PROVIDERS`` (or a provider URL, or a provider's OPTIONS) is wrong."""
 

@@ -1,9 +1,10 @@
 """The provider base class and the lock handle.
 
 A provider implements four primitives (``_acquire``, ``_unlock``, ``_extend``,
-``_force_unlock``) plus ``list_locks``; the base class turns them into the public
-contract: validation, signals, single-use handles and the rule that a store failure is
-a :class:`~tslock_django.exceptions.LockProviderError`, never ``None``.
+``_force_unlock``) plus ``_query`` (one page of a listing); the base class turns them
+into the public contract: validation, signals, single-use handles, signed listing
+cursors and the rule that a store failure is a
+:class:`~tslock_django.exceptions.LockProviderError`, never ``None``.
 """
 
 from __future__ import annotations
@@ -12,18 +13,34 @@ import os
 import socket
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 
 from django.dispatch import Signal
 
 from .. import signals
-from ..exceptions import InvalidLockProvider, LockProviderError, StaleLockHandle
+from ..exceptions import (
+    InvalidCursor,
+    InvalidLockProvider,
+    LockProviderError,
+    StaleLockHandle,
+    UnsupportedQuery,
+)
 from .clock import ClockProvider, SystemClock
 from .configuration import LockConfiguration
 from .durations import DurationLike
+from .query import (
+    ALL_STATES,
+    MAX_LIMIT,
+    ListingSupport,
+    LockPage,
+    LockQuery,
+    StorePage,
+    decode_cursor,
+    encode_cursor,
+)
 from .records import LockRecord
 
 Guarantee = Literal["strong", "advisory"]
@@ -178,7 +195,9 @@ class LockProvider(ABC):
     Subclasses declare their OPTIONS in ``default_options`` (use ``REQUIRED`` for
     options without a default) and list option names that hold secrets in
     ``secret_options`` so that no repr or message shows them. They implement
-    ``_acquire``, ``_unlock``, ``_extend``, ``_force_unlock`` and ``list_locks``.
+    ``_acquire``, ``_unlock``, ``_extend``, ``_force_unlock`` and ``_query``, declare
+    what their store answers itself in ``listing``, and implement ``purge`` unless the
+    store forgets expired records by itself (then ``self_cleaning`` says how).
 
     Args:
         alias: the key in ``TSLOCK_PROVIDERS`` (used in messages and signals).
@@ -194,6 +213,11 @@ class LockProvider(ABC):
     secret_options: ClassVar[frozenset[str]] = frozenset()
     #: Longest storage key in UTF-8 bytes (the key prefix included).
     max_key_bytes: ClassVar[int] = 255
+    #: What the store answers itself when listing (see :class:`ListingSupport`).
+    listing: ClassVar[ListingSupport] = ListingSupport()
+    #: ``None`` when expired records stay until ``purge``; otherwise how the store
+    #: forgets them by itself (shown by ``tslock purge``).
+    self_cleaning: ClassVar[str | None] = None
 
     def __init__(self, alias: str = "default", *, clock: ClockProvider | None = None, **options: Any) -> None:
         self.alias = alias
@@ -320,14 +344,133 @@ class LockProvider(ABC):
         )
         return released
 
-    @abstractmethod
+    def query(self, query: LockQuery) -> LockPage:
+        """One page of the records that ``query`` asks for, without tokens, answered by
+        the store (see :class:`~tslock_django.core.query.LockQuery`).
+
+        Returns:
+            A :class:`LockPage`: the records, the cursors of the next and previous
+            pages, the total when the store has it cheaply, and notes on what the store
+            could not do for this page.
+
+        Raises:
+            InvalidCursor: ``query.cursor`` is not one this provider gave out for a
+                query of this shape.
+            UnsupportedQuery: the store cannot sort by ``query.order``.
+            LockProviderError: the store failed.
+        """
+        if not isinstance(query, LockQuery):
+            raise TypeError(f"query() takes a LockQuery, got {type(query).__name__}")
+        cursor = decode_cursor(self.alias, query)
+        support = self.listing
+        if query.order not in support.orders:
+            able = ", ".join(o for o in ("name", "lock_until", "locked_at") if o in support.orders)
+            raise UnsupportedQuery(
+                f"lock provider {self.alias!r} cannot sort by {query.order} without reading every "
+                f"record; it sorts by {able}"
+            )
+        asked, notes = query, []
+        if not support.expired and "expired" in query.states:
+            notes.append(
+                f"lock provider {self.alias!r} keeps no expired records; only current locks are shown"
+            )
+            states = query.states - {"expired"}
+            if not states:
+                return LockPage([], None, total=0 if support.total else None, notes=tuple(notes))
+            query = replace(query, states=states)
+        backward = cursor is not None and cursor.backward
+        if backward and not support.backward:
+            raise InvalidCursor(f"lock provider {self.alias!r} cannot page backwards")
+        run = query.reversed() if backward else query
+        page = self._query(run, None if cursor is None else cursor.position)
+        notes.extend(page.notes)
+        records, positions = list(page.records), page.positions
+        if positions is None:
+            positions = [list(run.sort_key(r)) for r in records]
+        alias = self.alias
+
+        def forward(position: object) -> str:
+            return encode_cursor(alias, asked, position)
+
+        def cursor_after(index: int) -> str:
+            return forward(positions[index])
+
+        if backward:
+            assert cursor is not None
+            records.reverse()
+            positions = positions[::-1]
+            next_cursor = forward(positions[-1] if records else cursor.position)
+            previous = (
+                encode_cursor(alias, asked, positions[0], backward=True) if page.more and records else None
+            )
+        else:
+            next_cursor = None
+            if page.more:
+                resume = page.resume if page.resume is not None else (positions[-1] if records else None)
+                next_cursor = None if resume is None else forward(resume)
+            previous = None
+            if cursor is not None and support.backward:
+                start = positions[0] if records else cursor.position
+                previous = encode_cursor(alias, asked, start, backward=True)
+        return LockPage(
+            records=records,
+            next_cursor=next_cursor,
+            previous_cursor=previous,
+            total=page.total,
+            notes=tuple(notes),
+            _cursor_after=cursor_after,
+        )
+
+    def pages(self, query: LockQuery) -> Iterator[LockPage]:
+        """Every page of ``query`` from its cursor on, one request at a time: constant
+        memory whatever the store holds.
+
+        Raises:
+            LockProviderError: the store failed, or handed out a cursor it had already
+                given (a store that would make the walk go round forever).
+        """
+        seen: set[str] = set()
+        while True:
+            page = self.query(query)
+            yield page
+            if page.next_cursor is None:
+                return
+            if page.next_cursor in seen:
+                raise LockProviderError(
+                    "the listing repeated a page cursor; stopped reading", alias=self.alias
+                )
+            seen.add(page.next_cursor)
+            query = replace(query, cursor=page.next_cursor)
+
     def list_locks(self, prefix: str = "") -> list[LockRecord]:
-        """Every record this store has whose name starts with ``prefix``, without tokens
-        (``token`` is empty; ``token_fingerprint`` identifies the holding).
+        """Every record whose name starts with ``prefix``, expired ones included where
+        the store keeps them, by name, without tokens (``token`` is empty;
+        ``token_fingerprint`` identifies the holding). A convenience that walks
+        :meth:`query`'s pages: for large stores, use ``query`` or ``pages``.
 
         Raises:
             LockProviderError: the store failed.
         """
+        states = ALL_STATES if self.listing.expired else ALL_STATES - {"expired"}
+        query = LockQuery(prefix=prefix, states=states, order="name", limit=MAX_LIMIT)
+        return [record for page in self.pages(query) for record in page.records]
+
+    def purge(self, expired_for: timedelta, *, dry_run: bool = False, batch_size: int = 500) -> int:
+        """Delete the records that expired more than ``expired_for`` ago, in batches of
+        ``batch_size``; a held lock or one in its ``lock_at_least_for`` is never
+        touched, and a purged name locked again still gets a higher fencing token.
+
+        Returns:
+            How many records were deleted (with ``dry_run``: would be; nothing changes).
+
+        Raises:
+            NotImplementedError: the store forgets expired records itself
+                (``self_cleaning`` says how).
+            LockProviderError: the store failed.
+        """
+        raise NotImplementedError(
+            f"lock provider {self.alias!r} needs no purge: {self.self_cleaning or 'it cannot purge'}"
+        )
 
     def close(self) -> None:  # noqa: B027  (an optional hook, not an abstract method)
         """Free connections or clients; the provider may be used again afterwards."""
@@ -351,6 +494,15 @@ class LockProvider(ABC):
     @abstractmethod
     def _force_unlock(self, name: str, expected: int | str | None) -> bool:
         """Release ``name`` if it matches ``expected`` (see ``force_unlock``)."""
+
+    @abstractmethod
+    def _query(self, query: LockQuery, after: object | None) -> StorePage:
+        """One page of ``query`` in the store: records that ``query.matches`` (tokens
+        left out), in ``query.sort_key`` order (reversed when ``query.descending``),
+        strictly after keyset ``after`` (``query.keyset(after)``; ``None`` for the
+        start), at most ``query.limit`` of them, and ``more`` when there are others.
+        Stores that do not page by keyset return ``positions`` (and maybe ``resume``)
+        and get them back as ``after``."""
 
     def handle(
         self,

@@ -7,10 +7,12 @@ from __future__ import annotations
 import secrets
 import threading
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
+from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import LockRecord
 
 
@@ -19,6 +21,7 @@ class MemoryLockProvider(LockProvider):
 
     default_options: ClassVar[dict[str, Any]] = {}
     max_key_bytes: ClassVar[int] = 1024
+    listing: ClassVar = ListingSupport(total=True)
 
     def __init__(self, alias: str = "default", **kwargs: Any) -> None:
         super().__init__(alias, **kwargs)
@@ -87,13 +90,33 @@ class MemoryLockProvider(LockProvider):
             self._records[name] = replace(current, lock_until=now, released=True)
             return True
 
-    def list_locks(self, prefix: str = "") -> list[LockRecord]:
+    def _query(self, query: LockQuery, after: object | None) -> StorePage:
+        # The reference answer: filter, sort and cut every record, which is what the
+        # other stores do with indexes.
+        now = self.clock.now()
         with self._mutex:
-            found = [r for name, r in self._records.items() if name.startswith(prefix)]
-        return [
-            replace(r, token="", token_fingerprint=r.token_fingerprint) for r in sorted(found, key=_by_name)
-        ]
+            found = [r for r in self._records.values() if query.matches(r, now)]
+        total = len(found)
+        found.sort(key=query.sort_key, reverse=query.descending)
+        if after is not None:
+            mark = query.keyset(after)
+            found = [r for r in found if query.after(query.sort_key(r), mark)]
+        page = found[: query.limit + 1]
+        return StorePage(
+            records=[
+                replace(r, token="", token_fingerprint=r.token_fingerprint) for r in page[: query.limit]
+            ],
+            more=len(page) > query.limit,
+            total=total,
+        )
 
-
-def _by_name(record: LockRecord) -> str:
-    return record.name
+    def purge(self, expired_for: timedelta, *, dry_run: bool = False, batch_size: int = 500) -> int:
+        # The fencing counters stay in _counters, so a purged name locked again
+        # continues from its last token.
+        with self._mutex:
+            cutoff = self.clock.now() - expired_for
+            old = [name for name, r in self._records.items() if r.lock_until <= cutoff]
+            if not dry_run:
+                for name in old:
+                    del self._records[name]
+        return len(old)

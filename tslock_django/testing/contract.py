@@ -40,8 +40,9 @@ import pytest
 from ..core.configuration import LockConfiguration
 from ..core.executor import LockingTaskExecutor
 from ..core.provider import LockProvider, SimpleLock
-from ..core.records import fingerprint
-from ..exceptions import StaleLockHandle
+from ..core.query import ORDERS, LockPage, LockQuery
+from ..core.records import LockRecord, fingerprint
+from ..exceptions import InvalidCursor, StaleLockHandle, UnsupportedQuery
 
 Advance = Callable[[float], object]
 
@@ -276,6 +277,158 @@ class ProviderContract:
 
     def test_force_unlock_of_a_free_name(self, provider: LockProvider, name: str) -> None:
         assert provider.force_unlock(name, expected=None) is False
+
+    # -- listing queries -------------------------------------------------------------
+
+    def walk(self, provider: LockProvider, query: LockQuery) -> list[LockRecord]:
+        """Every record of ``query``, page after page."""
+        return [record for page in provider.pages(query) for record in page.records]
+
+    def test_query_answers_each_order_both_ways_across_pages(self, provider: LockProvider, name: str) -> None:
+        names = [f"{name}/{suffix}" for suffix in ("c", "a", "e", "b", "d")]
+        for i, each in enumerate(names):
+            # Different lengths, so lock_until and name orders differ.
+            self.acquire(provider, self.config(each, at_most=f"{(7 * i) % 5 + 1}m"))
+        for order in ORDERS:
+            for descending in (False, True):
+                query = LockQuery(prefix=name + "/", order=order, descending=descending, limit=2)
+                if order not in provider.listing.orders:
+                    with pytest.raises(UnsupportedQuery):
+                        provider.query(query)
+                    continue
+                walked = self.walk(provider, query)
+                assert sorted(r.name for r in walked) == sorted(names), (order, descending)
+                keys = [query.sort_key(r) for r in walked]
+                assert keys == sorted(keys, reverse=descending), f"{order} descending={descending}: {keys}"
+                whole = provider.query(LockQuery(prefix=name + "/", order=order, descending=descending))
+                assert [r.name for r in whole.records] == [r.name for r in walked]
+                assert whole.next_cursor is None
+                assert all(r.token == "" for r in walked), "listings must not reveal ownership tokens"
+                if provider.listing.total:
+                    assert whole.total == len(names)
+
+    def test_query_cursor_neither_skips_nor_repeats_while_locks_change(
+        self, provider: LockProvider, name: str, settle: Callable[[], object]
+    ) -> None:
+        held = {
+            f"{name}/{i:02}": self.acquire(provider, self.config(f"{name}/{i:02}")) for i in range(0, 16, 2)
+        }
+        for order in [o for o in ("name", "lock_until") if o in provider.listing.orders]:
+            query = LockQuery(prefix=name + "/", order=order, limit=3)
+            first = provider.query(query)
+            assert len(first.records) == 3 and first.next_cursor
+            seen = [r.name for r in first.records]
+            # Between pages: a listed lock and a not yet listed one end, new ones start
+            # before and after the cursor's place.
+            listed_gone, unlisted_gone = seen[0], sorted(set(held) - set(seen))[-1]
+            settle()
+            for gone in (listed_gone, unlisted_gone):
+                assert held.pop(gone).unlock() is True
+            for new in (f"{name}/{order}-01", f"{name}/{order}-13"):
+                held[new] = self.acquire(provider, self.config(new))
+            settle()
+            rest = self.walk(
+                provider, LockQuery(prefix=name + "/", order=order, limit=3, cursor=first.next_cursor)
+            )
+            seen += [r.name for r in rest]
+            assert len(seen) == len(set(seen)), f"{order}: a record was listed twice: {seen}"
+            stable = set(held) - {f"{name}/{order}-01", f"{name}/{order}-13"}
+            assert stable <= set(seen), f"{order}: skipped {sorted(stable - set(seen))}"
+
+    def test_query_filters_states(
+        self, provider: LockProvider, name: str, advance: Advance, settle: Callable[[], object]
+    ) -> None:
+        self.acquire(provider, self.config(f"{name}/expired", at_most=self.short))
+        self.acquire(provider, self.config(f"{name}/held"))
+        at_least = self.acquire(provider, self.config(f"{name}/at-least", at_least=self.long))
+        settle()
+        assert at_least.unlock() is True
+        self.past_short(advance)
+
+        def names(*states: str) -> list[str]:
+            page = provider.query(LockQuery(prefix=name + "/", states=frozenset(states)))
+            return [r.name[len(name) + 1 :] for r in page.records]
+
+        assert names("held") == ["held"]
+        assert names("at_least") == ["at-least"]
+        assert names("held", "at_least") == ["at-least", "held"]
+        default = provider.query(LockQuery(prefix=name + "/"))
+        assert [r.name for r in default.records] == [f"{name}/at-least", f"{name}/held"], (
+            "current locks by default"
+        )
+        if provider.listing.expired:
+            assert names("expired") == ["expired"]
+            assert names("held", "at_least", "expired") == ["at-least", "expired", "held"]
+        else:
+            page = provider.query(LockQuery(prefix=name + "/", states=frozenset({"expired"})))
+            assert page.records == [] and page.notes, "a store without expired records must say so"
+
+    def test_query_prefix_and_search_take_like_metacharacters_literally(
+        self, provider: LockProvider, name: str
+    ) -> None:
+        for suffix in ("a_b", "axb", "a%b", "a%%b", "a\\b", "a\\xb", "zz"):
+            self.acquire(provider, self.config(f"{name}/{suffix}"))
+
+        def found(prefix: str = "", search: str = "") -> list[str]:
+            records = self.walk(provider, LockQuery(prefix=f"{name}/{prefix}", search=search, limit=2))
+            return sorted(r.name[len(name) + 1 :] for r in records)
+
+        assert found(search="a_b") == ["a_b"]
+        assert found(search="%") == ["a%%b", "a%b"]
+        assert found(search="%%") == ["a%%b"]
+        assert found(search="\\") == ["a\\b", "a\\xb"]
+        assert found(search="\\x") == ["a\\xb"]
+        assert found(search="A_B") == ["a_b"], "search ignores the case of ASCII letters"
+        assert found(search="nothing") == []
+        assert found(prefix="a_") == ["a_b"]
+        assert found(prefix="a%") == ["a%%b", "a%b"]
+        assert found(prefix="a\\") == ["a\\b", "a\\xb"]
+        assert found(prefix="A") == [], "prefixes compare exactly"
+        assert found(prefix="a", search="x") == ["a\\xb", "axb"]
+
+    def test_query_refuses_cursors_of_other_queries_and_altered_ones(
+        self, provider: LockProvider, name: str
+    ) -> None:
+        for suffix in ("a", "b", "c"):
+            self.acquire(provider, self.config(f"{name}/{suffix}"))
+        query = LockQuery(prefix=name + "/", limit=1)
+        cursor = provider.query(query).next_cursor
+        assert cursor
+        second = provider.query(LockQuery(prefix=name + "/", limit=2, cursor=cursor))
+        assert [r.name for r in second.records] == [f"{name}/b", f"{name}/c"], (
+            "the limit may change between pages"
+        )
+        for other in (
+            LockQuery(prefix=name + "/a", cursor=cursor),
+            LockQuery(prefix=name + "/", search="b", cursor=cursor),
+            LockQuery(prefix=name + "/", descending=True, cursor=cursor),
+            LockQuery(prefix=name + "/", states=frozenset({"held"}), cursor=cursor),
+        ):
+            with pytest.raises(InvalidCursor):
+                provider.query(other)
+        middle = len(cursor) // 2
+        altered = cursor[:middle] + ("A" if cursor[middle] != "A" else "B") + cursor[middle + 1 :]
+        for bad in (altered, cursor[:-3], "not-a-cursor", cursor + "x"):
+            with pytest.raises(InvalidCursor):
+                provider.query(LockQuery(prefix=name + "/", limit=1, cursor=bad))
+
+    def test_query_pages_backwards(self, provider: LockProvider, name: str) -> None:
+        for suffix in ("a", "b", "c", "d", "e"):
+            self.acquire(provider, self.config(f"{name}/{suffix}"))
+        query = LockQuery(prefix=name + "/", limit=2)
+        forward: list[LockPage] = list(provider.pages(query))
+        assert [[r.name[-1] for r in p.records] for p in forward] == [["a", "b"], ["c", "d"], ["e"]]
+        assert forward[0].previous_cursor is None, "the first page has no previous page"
+        if not provider.listing.backward:
+            assert all(p.previous_cursor is None for p in forward)
+            return
+        back = provider.query(LockQuery(prefix=name + "/", limit=2, cursor=forward[2].previous_cursor))
+        assert [r.name[-1] for r in back.records] == ["c", "d"]
+        back = provider.query(LockQuery(prefix=name + "/", limit=2, cursor=back.previous_cursor))
+        assert [r.name[-1] for r in back.records] == ["a", "b"]
+        assert back.previous_cursor is None
+        again = provider.query(LockQuery(prefix=name + "/", limit=2, cursor=back.next_cursor))
+        assert [r.name[-1] for r in again.records] == ["c", "d"], "forward again from a page read backwards"
 
 
 class StrongProviderContract(ProviderContract):

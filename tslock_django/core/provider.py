@@ -363,6 +363,10 @@ class LockProvider(ABC):
             raise TypeError(f"query() takes a LockQuery, got {type(query).__name__}")
         cursor = decode_cursor(self.alias, query)
         support = self.listing
+        if query.descending and not support.descending:
+            raise UnsupportedQuery(
+                f"lock provider {self.alias!r} cannot list in reverse order without reading every record"
+            )
         if query.order not in support.orders:
             able = ", ".join(o for o in ("name", "lock_until", "locked_at") if o in support.orders)
             raise UnsupportedQuery(

@@ -186,6 +186,7 @@ class ListingSupport:
     Attributes:
         orders: the orders the store sorts by; any other is refused with
             :class:`UnsupportedQuery` rather than sorted by reading everything.
+        descending: the store also sorts them in reverse (else refused likewise).
         search: substring search runs in the store; otherwise it is applied to the
             pages the store reads, within a budget, and the page says so.
         states: the state filter runs in the store (same fallback as ``search``).
@@ -195,6 +196,7 @@ class ListingSupport:
     """
 
     orders: frozenset[str] = frozenset(ORDERS)
+    descending: bool = True
     search: bool = True
     states: bool = True
     expired: bool = True
@@ -207,6 +209,8 @@ class ListingSupport:
         missing_orders = [o for o in ORDERS if o not in self.orders]
         if missing_orders:
             found.append(f"cannot sort by {', '.join(o.replace('_', ' ') for o in missing_orders)}")
+        if not self.descending:
+            found.append("cannot sort in reverse")
         if not self.search:
             found.append("searches only the keys it reads per page")
         if not self.states:

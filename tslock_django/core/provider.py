@@ -34,6 +34,7 @@ from .durations import DurationLike
 from .query import (
     ALL_STATES,
     MAX_LIMIT,
+    Cursor,
     ListingSupport,
     LockPage,
     LockQuery,
@@ -385,45 +386,67 @@ class LockProvider(ABC):
         backward = cursor is not None and cursor.backward
         if backward and not support.backward:
             raise InvalidCursor(f"lock provider {self.alias!r} cannot page backwards")
-        run = query.reversed() if backward else query
-        page = self._query(run, None if cursor is None else cursor.position)
-        notes.extend(page.notes)
-        records, positions = list(page.records), page.positions
-        if positions is None:
-            positions = [list(run.sort_key(r)) for r in records]
         alias = self.alias
 
-        def forward(position: object) -> str:
-            return encode_cursor(alias, asked, position)
+        def encode(position: object, *, backward: bool = False) -> str:
+            return encode_cursor(alias, asked, position, backward=backward)
 
-        def cursor_after(index: int) -> str:
-            return forward(positions[index])
-
-        if backward:
-            assert cursor is not None
-            records.reverse()
-            positions = positions[::-1]
-            next_cursor = forward(positions[-1] if records else cursor.position)
-            previous = (
-                encode_cursor(alias, asked, positions[0], backward=True) if page.more and records else None
-            )
-        else:
+        if cursor is None or not cursor.backward:
+            page = self._query(query, None if cursor is None else cursor.position)
+            records, positions = list(page.records), self._positions(query, page)
             next_cursor = None
             if page.more:
                 resume = page.resume if page.resume is not None else (positions[-1] if records else None)
-                next_cursor = None if resume is None else forward(resume)
+                next_cursor = None if resume is None else encode(resume)
             previous = None
             if cursor is not None and support.backward:
-                start = positions[0] if records else cursor.position
-                previous = encode_cursor(alias, asked, start, backward=True)
+                previous = encode(positions[0] if records else cursor.position, backward=True)
+        else:
+            page, records, positions = self._backward(query, cursor)
+            # Read in reverse, shown in the query's order; the page after this one
+            # starts after its last record.
+            next_cursor = encode(positions[-1] if records else cursor.position)
+            previous = encode(positions[0], backward=True) if page.more and records else None
+        notes.extend(page.notes)
         return LockPage(
             records=records,
             next_cursor=next_cursor,
             previous_cursor=previous,
             total=page.total,
             notes=tuple(notes),
-            _cursor_after=cursor_after,
+            _cursor_after=lambda index: encode(positions[index]),
         )
+
+    @staticmethod
+    def _positions(query: LockQuery, page: StorePage) -> list[Any]:
+        if page.positions is not None:
+            return list(page.positions)
+        return [list(query.sort_key(r)) for r in page.records]
+
+    def _backward(self, query: LockQuery, cursor: Cursor) -> tuple[StorePage, list[LockRecord], list[Any]]:
+        """The page that ends just before ``cursor``'s position, in ``query``'s order:
+        read in the reverse order from that position. With ``cursor.inclusive`` (from
+        :func:`backward_from`) the record at the position itself ends the page when it
+        is still there, found by an exact-name lookup every store can answer."""
+        limit = query.limit
+        mark: LockRecord | None = None
+        if cursor.inclusive and cursor.position is not None:
+            key = query.keyset(cursor.position)
+            probe = replace(query, prefix=key[1], order="name", descending=False, limit=1, cursor=None)
+            found = self._query(probe, None).records
+            if found and found[0].name == key[1] and query.sort_key(found[0]) == key:
+                mark = found[0]
+                limit -= 1
+        if limit > 0:
+            page = self._query(replace(query.reversed(), limit=limit), cursor.position)
+        else:
+            page = StorePage([], more=True)
+        records = list(reversed(page.records))
+        positions = self._positions(query, page)[::-1]
+        if mark is not None:
+            records.append(mark)
+            positions.append(list(query.sort_key(mark)))
+        return page, records, positions
 
     def pages(self, query: LockQuery) -> Iterator[LockPage]:
         """Every page of ``query`` from its cursor on, one request at a time: constant

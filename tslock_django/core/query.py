@@ -283,10 +283,12 @@ class LockPage:
 
 @dataclass(frozen=True)
 class Cursor:
-    """A decoded cursor: the page starts after ``position`` (``backward``: ends before it)."""
+    """A decoded cursor: the page starts after ``position``; ``backward``: it ends
+    before ``position`` (``inclusive``: with the record at ``position`` as its last)."""
 
     position: Any
     backward: bool = False
+    inclusive: bool = False
 
 
 def encode_cursor(alias: str, query: LockQuery, position: Any, *, backward: bool = False) -> str:
@@ -325,12 +327,13 @@ def decode_cursor(alias: str, query: LockQuery) -> Cursor | None:
             "the listing cursor belongs to another query (prefix, search, states or order changed); "
             "start again from the first page"
         )
-    return Cursor(payload["p"], bool(payload.get("b")))
+    return Cursor(payload["p"], bool(payload.get("b")), bool(payload.get("i")))
 
 
 def backward_from(cursor: str) -> str:
-    """Turn a forward cursor into one for the page that ends just before it (the
-    records up to and including the one the forward cursor follows).
+    """Turn a forward cursor (a page that starts after record *x*) into one for the
+    page that ends with *x* (or, if *x* is gone or moved, just before its place): how
+    a merged listing steps back over one provider.
 
     Raises:
         InvalidCursor: as :func:`decode_cursor`.
@@ -341,7 +344,7 @@ def backward_from(cursor: str) -> str:
         raise InvalidCursor("the listing cursor is not one this site gave out") from None
     if not isinstance(payload, dict):
         raise InvalidCursor("the listing cursor is malformed")
-    payload["b"] = 1
+    payload["b"] = payload["i"] = 1
     return signing.dumps(payload, salt=_SALT, compress=False)
 
 

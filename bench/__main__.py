@@ -16,8 +16,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("db", "do", "kv", "admin", "startup")
+SECTIONS = ("db", "do", "kv", "admin", "scale", "startup")
 SERVERS = {"sqlite": None, "postgres": ("127.0.0.1", 5432), "mariadb": ("127.0.0.1", 3306)}
+#: Rows in tslock_lock for the scale section, per server (filled in this order).
+SCALE_SIZES = {"postgres": "1000,100000,1000000", "sqlite": "1000,100000"}
 
 
 def reachable(address: tuple[str, int] | None) -> bool:
@@ -105,6 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     if "admin" in sections:
         print("admin Locks page ...", file=sys.stderr, flush=True)
         report["admin"] = child("bench.adminbench", "1000,10000", "3" if args.quick else "9")
+    if "scale" in sections:
+        report["scale"] = {}
+        for server, sizes in SCALE_SIZES.items():
+            if not reachable(SERVERS[server]):
+                report["missing"].append(f"scale on {server}: not reachable")
+                continue
+            if args.quick:
+                sizes = "1000,3000"
+            print(f"listing at scale: {server} {sizes} rows ...", file=sys.stderr, flush=True)
+            report["scale"][server] = child(
+                "bench.scalebench", sizes, "1" if args.quick else "7", BENCH_DB=server
+            )
     if "startup" in sections:
         print("import and start-up ...", file=sys.stderr, flush=True)
         from bench import startup
@@ -144,12 +158,37 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         found["durable objects: time per operation <= 1.2x raw httpx"] = _target(
             do["tslock_time_over_raw"], 1.2, "<="
         )
+    found.update(scale_targets(report.get("scale", {}).get("postgres")))
     httpx = report.get("startup", {}).get("httpx_imported")
     if httpx:
         found["httpx not imported without a Cloudflare provider"] = {
             "value": httpx,
             "met": not httpx["database provider only"] and httpx["with a cloudflare-do provider"],
         }
+    return found
+
+
+def scale_targets(pg: dict[str, Any] | None) -> dict[str, Any]:
+    """Listing at scale on PostgreSQL: the largest size against the smallest."""
+    if not pg:
+        return {}
+    sizes = sorted(pg["results"], key=int)
+    small, large = pg["results"][sizes[0]], pg["results"][sizes[-1]]
+    found: dict[str, Any] = {}
+    for page in ("first page", "search", "next page"):
+        ratio = large["admin"][page]["median_ms"] / small["admin"][page]["median_ms"]
+        found[f"scale: admin {page} at {int(sizes[-1]):,} rows <= 3x its time at {int(sizes[0]):,}"] = (
+            _target(ratio, 3, "<=")
+        )
+    peak = max(p["peak_kib"] for p in large["admin"].values()) / 1024
+    found[f"scale: peak Python memory per admin request at {int(sizes[-1]):,} rows <= 20 MiB"] = _target(
+        peak, 20, "<="
+    )
+    for label in ("tslock list", "tslock list --all"):
+        ratio = large["cli"][label]["peak_rss_kib"] / small["cli"][label]["peak_rss_kib"]
+        found[f"scale: {label} peak RSS at {int(sizes[-1]):,} rows <= 1.5x at {int(sizes[0]):,}"] = _target(
+            ratio, 1.5, "<="
+        )
     return found
 
 
@@ -189,6 +228,20 @@ def render(report: dict[str, Any]) -> str:
         lines += ["", "admin Locks page, server time (median, p10-p90)"]
         for label, r in admin["results"].items():
             lines.append(f"  {label:<30} {r['median_ms']:>7.1f} ms  ({r['p10_ms']:.1f}-{r['p90_ms']:.1f})")
+    for server, data in report.get("scale", {}).items():
+        lines += [
+            "",
+            f"listing at scale on {server}: admin ms (median) / peak KiB; tslock list s / peak RSS MiB",
+        ]
+        for size, r in data["results"].items():
+            lines.append(f"  {int(size):>9,} rows (filled in {r['fill_s']} s)")
+            for label, a in r["admin"].items():
+                lines.append(f"    {label:<34} {a['median_ms']:>8.1f} ms  {a['peak_kib']:>7} KiB")
+            for label, c in r["cli"].items():
+                lines.append(
+                    f"    {label:<34} {c['seconds']:>8.2f} s   {c['peak_rss_kib'] / 1024:>7.1f} MiB  "
+                    f"({c['lines']:,} lines)"
+                )
     start = report.get("startup")
     if start:
         imp, cmd = start["import_tslock_django"], start["command"]

@@ -11,6 +11,7 @@ Environment:
     BENCH_SQLITE_NAME  the SQLite file to use as is (start-up benchmark)
     BENCH_PROVIDER     db (default) | memory: the "default" lock provider
     BENCH_EDGE_URL     add a Durable Object provider "edge" (httpx import check)
+    BENCH_DB_NAME      use this existing database as it is (a child of the scale benchmark)
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ elif SERVER == "sqlite":
     }
 else:
     raise ValueError(f"BENCH_DB must be sqlite, postgres or mariadb, got {SERVER!r}")
+if os.environ.get("BENCH_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["BENCH_DB_NAME"]
 
 INSTALLED_APPS = [*INSTALLED_APPS, "db_mutex", "bench.benchapp"]
 ROOT_URLCONF = "testproject.urls"

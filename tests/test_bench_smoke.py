@@ -24,9 +24,16 @@ def test_quick_bench_runs_every_section(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(output.read_text())
-    assert {"db", "do", "kv", "admin", "startup", "targets"} <= set(report)
+    assert {"db", "do", "kv", "admin", "scale", "startup", "targets"} <= set(report)
     if os.environ.get("CI"):
         assert report["missing"] == [], "with CI set every section must run"
         assert set(report["db"]) == {"sqlite", "postgres", "mariadb"}
     assert report["do"]["requests_per_operation"]["acquire"] == 1
+    for server, scale in report["scale"].items():
+        for size, measured in scale["results"].items():
+            assert measured["rows"] == int(size), f"{server}: the table was not filled to {size} rows"
+            assert measured["admin"]["first page"]["rows_shown"] == 100, (
+                "the first page shows 100 current locks"
+            )
+            assert measured["cli"]["tslock list --all"]["lines"] > int(size), "--all lists every row"
     assert "tslock" in done.stdout

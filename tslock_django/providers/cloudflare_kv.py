@@ -504,14 +504,16 @@ class _Scan:
     # -- requests, within the budget and through the cache -------------------------------
 
     def list_page(self, prefix: str, cursor: str) -> KVPage | None:
-        """The KV page at ``cursor``, or ``None`` when it is not cached and the budget is spent."""
+        """The KV page at ``cursor``, or ``None`` when the budget is spent."""
+        if self.spent >= self.budget:
+            return None
+        # A cached answer counts against the budget too: so a page is the same page
+        # whether it came from KV or from the cache, and repeated views cost nothing.
+        self.spent += 1
         key = ("keys", prefix, cursor, self.provider.list_page_keys)
         cached = self.cache.get(key)
         if cached is not MISS:
             return cast(KVPage, cached)
-        if self.spent >= self.budget:
-            return None
-        self.spent += 1
         generation = self.cache.generation
         page = self.provider._list_page(prefix, cursor)
         self.cache.put(key, page, generation=generation, weight=len(page.keys))
@@ -519,14 +521,14 @@ class _Scan:
 
     def value(self, key: str) -> tuple[bool, bytes | None]:
         """``(True, the stored value of key)`` (``None``: deleted since it was listed),
-        or ``(False, None)`` when it is not cached and the budget is spent."""
+        or ``(False, None)`` when the budget is spent."""
+        if self.spent >= self.budget:
+            return False, None
+        self.spent += 1
         cache_key = ("value", key)
         cached = self.cache.get(cache_key)
         if cached is not MISS:
             return True, cast("bytes | None", cached)
-        if self.spent >= self.budget:
-            return False, None
-        self.spent += 1
         generation = self.cache.generation
         content = self.provider.namespace.get_bytes(key)
         self.cache.put(cache_key, content, generation=generation)

@@ -19,6 +19,8 @@ The storage format is the one of ``@tslock/cloudflare-kv``, byte for byte:
 
 The same JSON is also stored as the key's metadata so that listing needs one request per
 1,000 locks; keys written without metadata (by the TypeScript package) are read one by one.
+The metadata alone also carries ``"released": true`` when a holder released its lock before
+``lock_at_least_for`` ended (the TypeScript format has no such field).
 
 Listing (:meth:`KVLockProvider.query`) follows KV's key listing, which is by name only:
 KV answers the prefix and the name order; search and states are applied to the keys read,
@@ -42,7 +44,7 @@ from ..core.clock import ClockProvider
 from ..core.configuration import LockConfiguration
 from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
-from ..core.query import ListingSupport, LockQuery, StorePage, fold, record_state
+from ..core.query import CURRENT_STATES, ListingSupport, LockQuery, StorePage, fold, record_state
 from ..core.records import LockRecord, fingerprint
 from ..exceptions import InvalidCursor, LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms, to_epoch_ms
@@ -177,6 +179,8 @@ class KVLockProvider(LockProvider):
             with the jobs. When it runs out before the page is full, the page holds what
             was found, its notes say how many keys were examined (and which keys written
             without metadata were not read yet), and the next page goes on from there.
+            An answer from the cache counts like a request, so a page is the same page
+            whether it came from KV or from the cache.
         list_cache_seconds: how long list answers, and values read for a listing, are
             reused (default 5; ``0`` turns the cache off). Reads for acquire, unlock and
             extend never use it, and this provider's own writes clear it, so a process
@@ -187,9 +191,13 @@ class KVLockProvider(LockProvider):
     and has no other index. So :meth:`query` answers ``order="name"`` ascending only
     (``lock_until`` or ``locked_at`` orders, descending order and previous pages are
     refused as :class:`~tslock_django.exceptions.UnsupportedQuery`); ``prefix`` is KV's
-    own prefix; ``search`` and ``states`` are applied to the keys read. ``total`` is
+    own prefix; ``search`` (on names: it costs no read) and ``states`` are applied to the
+    keys read. ``at_least`` is told from ``held`` by this provider's metadata; a current
+    lock written without metadata counts as held, and the page says so. ``total`` is
     never given. Expired records are listed until KV drops their key by its TTL. A
-    value that is not a lock record is left out with a note naming its key.
+    value that is not a lock record is left out with a note naming its key. Cursors
+    hold KV's own cursor, which KV may stop accepting after a while: such a cursor is
+    an :class:`~tslock_django.exceptions.InvalidCursor`.
 
     Keyword Args:
         transport: an ``httpx.BaseTransport`` used instead of the network (tests, e.g.
@@ -575,7 +583,7 @@ class _Scan:
                 self.examined += 1
                 if stored is not None:
                     record = provider._record(name, stored, with_token=False)
-                    if stored.released is None and record.lock_until > now:
+                    if stored.released is None and record.lock_until > now and query.states & CURRENT_STATES:
                         self.undecided += 1
                     if record_state(record, now) in query.states:
                         if len(self.records) == query.limit:

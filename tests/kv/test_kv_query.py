@@ -434,6 +434,17 @@ def test_metadata_that_is_not_a_record_falls_back_to_the_value(
     assert kv.requests == {"GET keys": 1, "GET value": 1}
 
 
+def test_a_huge_value_under_the_prefix_is_not_kept_in_the_cache(
+    make_provider: MakeProvider, kv: FakeKVTransport
+) -> None:
+    provider = make_provider()
+    kv.put_raw("tslock:huge", b"x" * (11 * 1024 * 1024))
+    for _ in range(2):
+        page = provider.query(LockQuery())
+        assert page.records == [] and "'tslock:huge'" in page.notes[0]
+    assert kv.requests == {"GET keys": 1, "GET value": 2}, "read again rather than kept"
+
+
 def test_a_key_deleted_between_listing_and_reading_is_left_out(
     make_provider: MakeProvider, kv: FakeKVTransport, clock: MutableClock
 ) -> None:

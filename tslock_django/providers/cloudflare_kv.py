@@ -539,7 +539,9 @@ class _Scan:
             return True, cast("bytes | None", cached)
         generation = self.cache.generation
         content = self.provider.namespace.get_bytes(key)
-        self.cache.put(cache_key, content, generation=generation)
+        # Weighed by the kilobyte: a huge value under the prefix is not kept.
+        size = 0 if content is None else len(content) // 1024
+        self.cache.put(cache_key, content, generation=generation, weight=1 + size)
         return True, content
 
     # -- the walk ----------------------------------------------------------------------

@@ -304,8 +304,9 @@ class ListingCache:
     operator reloading the admin) do not spend the API token's request budget.
 
     Entries are keyed by what was asked (callers include the prefix and the cursor in
-    the key), live ``seconds`` on ``clock`` and are bounded by ``max_weight`` (a list
-    page weighs its number of keys, a value one): the least recently used go first.
+    the key), live ``seconds`` on ``clock`` and are bounded by ``max_weight`` (the
+    caller weighs each answer: a list page by its keys, a value by its kilobytes): the
+    least recently used go first.
     Thread-safe.
 
     :meth:`clear` empties it and starts a new *generation*: an answer fetched before a

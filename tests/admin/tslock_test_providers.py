@@ -135,6 +135,11 @@ class KVLikeMemoryProvider(FencelessMemoryProvider):
         orders=frozenset({"name"}), descending=False, search=False, states=False, backward=False
     )
 
+    def _query(self, query: LockQuery, after: object | None) -> StorePage:
+        page = super()._query(query, after)
+        page.total = None  # KV has no count short of listing every key
+        return page
+
 
 class FlakyMemoryProvider(MemoryLockProvider):
     """A memory store whose queries fail while ``FlakyMemoryProvider.broken`` is set."""

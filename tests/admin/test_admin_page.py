@@ -9,10 +9,17 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from django.http import QueryDict
 from django.test import Client
 from django.urls import reverse
 
-from tests.admin.tslock_test_providers import MEMORY, AdvisoryStaticProvider, StaticProvider, path_of
+from tests.admin.tslock_test_providers import (
+    MEMORY,
+    AdvisoryStaticProvider,
+    KVLikeMemoryProvider,
+    StaticProvider,
+    path_of,
+)
 from tslock_django import LockConfiguration
 from tslock_django.conf import providers
 from tslock_django.core.records import LockRecord
@@ -315,3 +322,106 @@ def test_a_broken_setting_is_a_message(settings: Any, admin_client: Client, lock
     response = admin_client.get(locks_url)
     assert response.status_code == 200
     assert "TSLOCK_PROVIDERS is not configured correctly" in response.content.decode()
+
+
+# -- one table across providers, paged by cursor ------------------------------------------
+
+
+def kv_like(alias: str = "kv") -> dict[str, Any]:
+    return {"BACKEND": path_of(KVLikeMemoryProvider), "OPTIONS": {}}
+
+
+def test_next_and_previous_walk_two_providers(
+    settings: Any, admin_client: Client, locks_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tslock_django.admin import LockAdmin
+
+    monkeypatch.setattr(LockAdmin, "list_per_page", 3)
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "b": MEMORY}
+    for i in range(5):
+        assert providers["a"].lock(LockConfiguration(f"job-{2 * i}", "10m")) is not None
+        assert providers["b"].lock(LockConfiguration(f"job-{2 * i + 1}", "10m")) is not None
+    pages = [admin_client.get(locks_url, {"o": "-name"}).content.decode()]
+    while 'id="next-page"' in pages[-1]:
+        pages.append(admin_client.get(locks_url + next_link(pages[-1])).content.decode())
+    shown = [name for html in pages for name in row_names(html)]
+    assert shown == sorted((f"job-{i}" for i in range(10)), reverse=True)
+    assert [len(row_names(html)) for html in pages] == [3, 3, 3, 1]
+    assert "10 locks" in pages[0]
+    # And back, page by page, to the first.
+    html = pages[-1]
+    for expected_page in reversed(pages[:-1]):
+        html = admin_client.get(locks_url + link_of(html, "previous-page")).content.decode()
+        assert row_names(html) == row_names(expected_page)
+    assert 'id="previous-page"' not in html
+
+
+def test_a_bad_cursor_is_a_400_with_a_way_back(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(*(record(f"job-{i:04d}") for i in range(150)))}
+    first = admin_client.get(locks_url, {"q": "job"}).content.decode()
+    cursor = QueryDict(next_link(first)[1:])["cursor"]
+
+    tampered = admin_client.get(locks_url, {"q": "job", "cursor": cursor[:-3] + "xyz"})
+    other_filter = admin_client.get(locks_url, {"q": "job-0", "cursor": cursor})
+    garbage = admin_client.get(locks_url, {"cursor": "not a cursor"})
+
+    for response in (tampered, other_filter, garbage):
+        assert response.status_code == 400
+        html = response.content.decode()
+        assert 'id="bad-cursor"' in html and 'id="first-page"' in html
+    assert "not one this site gave out" in tampered.content.decode()
+    assert "belongs to another listing" in other_filter.content.decode()
+    assert f'href="{locks_url}?q=job-0"' in other_filter.content.decode()
+
+
+def test_a_store_that_cannot_sort_says_so_and_is_left_out(
+    settings: Any, admin_client: Client, locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"db": MEMORY, "kv": kv_like()}
+    assert providers["db"].lock(LockConfiguration("db-job", "10m")) is not None
+    assert providers["kv"].lock(LockConfiguration("kv-job", "10m")) is not None
+
+    by_name = admin_client.get(locks_url).content.decode()
+    by_deadline = admin_client.get(locks_url, {"o": "lock_until"}).content.decode()
+
+    assert row_names(by_name) == ["db-job", "kv-job"]
+    assert "cannot sort" not in by_name
+    assert row_names(by_deadline) == ["db-job"]
+    assert "Lock provider &#x27;kv&#x27; cannot sort by lock until; its locks are not in this order." in by_deadline
+
+
+def test_counts_are_shown_only_where_the_stores_have_them(
+    settings: Any, admin_client: Client, locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"db": MEMORY, "kv": kv_like()}
+    for name in ("a", "b"):
+        assert providers["db"].lock(LockConfiguration(name, "10m")) is not None
+    assert providers["kv"].lock(LockConfiguration("c", "10m")) is not None
+
+    both = admin_client.get(locks_url).content.decode()
+    db_only = admin_client.get(locks_url, {"provider": "db"}).content.decode()
+    kv_only = admin_client.get(locks_url, {"provider": "kv"}).content.decode()
+
+    assert "db: 2; kv: not counted" in both
+    assert "2 locks" in db_only
+    count = re.search(r'<span class="small quiet" id="lock-count">([^<]*)</span>', kv_only)
+    assert count and count.group(1).startswith("as of")  # no number it does not have
+
+
+def test_a_store_that_cannot_page_back_offers_the_first_page(
+    settings: Any, admin_client: Client, locks_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tslock_django.admin import LockAdmin
+
+    monkeypatch.setattr(LockAdmin, "list_per_page", 2)
+    settings.TSLOCK_PROVIDERS = {"db": MEMORY, "kv": kv_like()}
+    for name in ("a", "b", "c"):
+        assert providers["db"].lock(LockConfiguration(f"{name}-db", "10m")) is not None
+        assert providers["kv"].lock(LockConfiguration(f"{name}-kv", "10m")) is not None
+    first = admin_client.get(locks_url, {"q": "-"}).content.decode()
+    second = admin_client.get(locks_url + next_link(first)).content.decode()
+    assert row_names(second) == ["b-db", "b-kv"]
+    assert 'id="previous-page"' not in second
+    assert link_of(second, "first-page") == "?q=-"
+    assert "Lock provider &#x27;kv&#x27; cannot page backwards" in second
+    assert "searches only the keys it reads per page" in second

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from html import unescape
 from datetime import datetime, timedelta, timezone
+from html import unescape
 from typing import Any
 
 import pytest
@@ -387,7 +387,10 @@ def test_a_store_that_cannot_sort_says_so_and_is_left_out(
     assert row_names(by_name) == ["db-job", "kv-job"]
     assert "cannot sort" not in by_name
     assert row_names(by_deadline) == ["db-job"]
-    assert "Lock provider &#x27;kv&#x27; cannot sort by lock until; its locks are not in this order." in by_deadline
+    assert (
+        "Lock provider &#x27;kv&#x27; cannot sort by lock until; its locks are not in this order."
+        in by_deadline
+    )
 
 
 def test_counts_are_shown_only_where_the_stores_have_them(

@@ -219,7 +219,9 @@ def test_a_store_that_cannot_page_backwards_offers_the_first_page(clock: Mutable
     second = listing.page(first.next_cursor)
     assert [n for _, n in names(second)] == ["n1-kv", "n2-db", "n2-kv"]
     assert second.previous_cursor is None and not second.at_start
-    assert second.backward_blocked == ["Lock provider 'kv' cannot page backwards; start again from the first page."]
+    assert second.backward_blocked == [
+        "Lock provider 'kv' cannot page backwards; start again from the first page."
+    ]
     assert first.backward_blocked == []  # on the first page there is nothing to go back to
     assert first.total is None and first.totals == {"db": 4, "kv": None}
 
@@ -239,7 +241,9 @@ def test_search_and_limitations_are_said(clock: MutableClock) -> None:
         ("db", "old_invoices"),
         ("kv", "old_invoices"),
     ]
-    assert any(note.startswith("Lock provider 'kv' searches only the keys it reads per page") for note in page.notes)
+    assert any(
+        note.startswith("Lock provider 'kv' searches only the keys it reads per page") for note in page.notes
+    )
     assert not any("'db'" in note for note in page.notes)
 
 

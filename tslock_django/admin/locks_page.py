@@ -145,7 +145,9 @@ def render(admin: LockAdmin, request: HttpRequest, extra_context: Mapping[str, A
         search_var=SEARCH_VAR,
         # The search form keeps the filters and the order, and starts from the first page.
         hidden_params=[(k, v) for k, v in QueryDict(filters.link()[1:]).items() if k != SEARCH_VAR],
-        provider_choices=[{"label": "All", "selected": not filters.provider, "url": filters.link(provider="")}]
+        provider_choices=[
+            {"label": "All", "selected": not filters.provider, "url": filters.link(provider="")}
+        ]
         + [
             {"label": alias, "selected": alias == filters.provider, "url": filters.link(provider=alias)}
             for alias in aliases
@@ -193,7 +195,7 @@ def _headers(filters: Filters) -> list[dict[str, Any]]:
 
 
 def _count(page: MergedPage, listed: list[str]) -> str:
-    """"12 locks", or the counts that the stores gave ("db: 12; kv: not counted"), or
+    """ "12 locks", or the counts that the stores gave ("db: 12; kv: not counted"), or
     nothing: never a number the stores did not give."""
     if page.total is not None:
         return f"{page.total} lock{'' if page.total == 1 else 's'}"

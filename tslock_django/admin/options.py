@@ -115,7 +115,9 @@ class LockAdmin(_ModelAdmin):
 
     # -- views ---------------------------------------------------------------------------
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         """GET only reads: one page of the merged listing of the providers."""
         if not self.has_view_permission(request):
             raise PermissionDenied

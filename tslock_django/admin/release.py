@@ -84,7 +84,9 @@ def release_one(request: HttpRequest, selection: Selection) -> None:
         messages.error(request, f"Lock {name!r} on provider {alias!r} was not released: {err}")
         return
     except Exception as err:  # noqa: BLE001  (report per lock; release the others)
-        messages.error(request, f"Lock {name!r} was not released. {describe_failure(alias, err, 'release it')}")
+        messages.error(
+            request, f"Lock {name!r} was not released. {describe_failure(alias, err, 'release it')}"
+        )
         return
     if not released:
         messages.warning(
@@ -150,7 +152,9 @@ def history(admin: LockAdmin, request: HttpRequest) -> HttpResponse:
     if not admin.has_view_permission(request):
         raise PermissionDenied
     content_type = ContentType.objects.get_for_model(Lock, for_concrete_model=False)
-    entries = LogEntry.objects.filter(content_type=content_type).select_related("user").order_by("-action_time")
+    entries = (
+        LogEntry.objects.filter(content_type=content_type).select_related("user").order_by("-action_time")
+    )
     page = Paginator(entries, admin.list_per_page).get_page(request.GET.get(PAGE_VAR))
     context = admin.context(request, "Lock release history", page=page, entries=page.object_list)
     request.current_app = admin.admin_site.name

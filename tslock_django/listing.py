@@ -12,12 +12,13 @@ and bound to the providers listed and to the query's shape and page size, so a c
 from another filter, another set of providers or an edited URL raises
 :class:`~tslock_django.exceptions.InvalidCursor` instead of showing a wrong page.
 
-Previous pages: the cursor of the page before holds, per provider, the backward cursor
-of the records before this page (``LockPage.previous_cursor``). Reading it means one
-backward read of ``L + 1`` records per provider, a merge taking the last ``L`` and so
-the place where each provider starts that page; the page is then read forward from
-there like any other. A provider that cannot page backwards (Workers KV) makes the
-listing offer its first page instead, and says why.
+Previous pages: the cursor of the page before holds the places where this page
+started, marked backward. Reading it means one backward read per provider of the
+``L + 1`` records that end at its place (``backward_from``), a merge keeping the last
+``L``, and so the place where each provider starts that page (just after the record
+before its first kept one, or its beginning); the page is then read forward from there
+like any other. A provider that cannot page backwards (Workers KV) makes the listing
+offer its first page instead, and says why.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 from django.core import signing
 
 from .core.provider import LockProvider
-from .core.query import ALL_STATES, LockPage, LockQuery, backward_from, encode_cursor
+from .core.query import ALL_STATES, LockPage, LockQuery, backward_from
 from .core.records import LockRecord
 from .exceptions import InvalidCursor, InvalidLockProvider, LockProviderError, UnsupportedQuery
 
@@ -98,16 +99,13 @@ class ListingCursor:
     """Every provider's place in a merged listing (decoded).
 
     Attributes:
-        places: for a forward cursor, where each provider starts the page.
-        backward: the page ends where the other page began: ``before`` holds each
-            provider's backward cursor (``None``: nothing before) and ``places`` where
-            each started the page this cursor leads back from.
-        before: see ``backward``.
+        places: where each provider starts the page (``backward``: the page after the
+            one meant).
+        backward: the page meant is the one that ends where ``places`` begin.
     """
 
     places: dict[str, Place]
     backward: bool = False
-    before: dict[str, Place] = field(default_factory=dict)
 
 
 class MergedListing:
@@ -143,7 +141,7 @@ class MergedListing:
         """Sign ``cursor`` for this listing."""
         payload: dict[str, Any] = {"v": _VERSION, "k": self.binding, "p": cursor.places}
         if cursor.backward:
-            payload["b"] = cursor.before
+            payload["b"] = 1
         return signing.dumps(payload, salt=_SALT, compress=True)
 
     def decode(self, text: str | None) -> ListingCursor | None:
@@ -169,11 +167,10 @@ class MergedListing:
                 "the page link belongs to another listing (the providers, search, filters, order or "
                 "page size changed); start again from the first page"
             )
-        places, before = payload.get("p"), payload.get("b")
-        backward = before is not None
-        if not _places_of(places, self.aliases) or (backward and not _places_of(before, self.aliases)):
+        places = payload.get("p")
+        if not isinstance(places, dict) or not _places_of(places, self.aliases):
             raise InvalidCursor("the page link is malformed; start again from the first page")
-        return ListingCursor(dict(places), backward, dict(before) if backward else {})
+        return ListingCursor(dict(places), payload.get("b") == 1)
 
     # -- pages -----------------------------------------------------------------------
 
@@ -259,12 +256,13 @@ class MergedListing:
             heads[best] += 1
 
         after: dict[str, Place] = dict(places)
-        before: dict[str, Place] = {}
         more = False
         for alias, provider in sources:
-            if alias not in pages:  # failed: keep its place, so it resumes there
-                after[alias] = places[alias]
-                before[alias] = self._fallback_before(alias, provider, places[alias])
+            if places[alias] is not None and not provider.listing.backward:
+                result.backward_blocked.append(
+                    f"Lock provider {alias!r} cannot page backwards; start again from the first page."
+                )
+            if alias not in pages:  # failed: it keeps its place, to resume there
                 continue
             page, _ = pages[alias]
             taken, count = heads[alias], len(page.records)
@@ -277,68 +275,47 @@ class MergedListing:
                 after[alias] = page.next_cursor
                 more = True
             elif count:
+                # Its last record was taken: it stays there (not "done"), so the page
+                # back from the next one can step over it, and later locks are seen.
                 after[alias] = page.cursor_after(count - 1)
-            if not provider.listing.backward:
-                before[alias] = None
-                if places[alias] is not None:
-                    result.backward_blocked.append(
-                        f"Lock provider {alias!r} cannot page backwards; start again from the first page."
-                    )
-            elif count:
-                before[alias] = page.previous_cursor
-            elif places[alias] is not None:
-                # Nothing after its place: everything it has comes before this page.
-                before[alias] = encode_cursor(alias, self.query, None, backward=True)
-            else:
-                before[alias] = None
         result.at_start = all(place is None for place in places.values())
         if more:
             result.next_cursor = self.encode(ListingCursor(after))
         if not result.at_start and not result.backward_blocked:
-            result.previous_cursor = self.encode(ListingCursor(places, True, before))
+            result.previous_cursor = self.encode(ListingCursor(places, backward=True))
         if not result.errors and len(result.totals) == len(sources):
             counts = list(result.totals.values())
             result.total = sum(c for c in counts if c is not None) if None not in counts else None
 
-    def _fallback_before(self, alias: str, provider: LockProvider, place: Place) -> Place:
-        # A provider that failed on this page gives no previous cursor; the one its place
-        # implies is close enough for a store that is not answering anyway.
-        if place is None or not provider.listing.backward:
-            return None
-        try:
-            return backward_from(place)
-        except InvalidCursor:
-            return None
-
     def _places_before(
         self, sources: list[tuple[str, LockProvider]], cursor: ListingCursor, result: MergedPage
     ) -> dict[str, Place]:
-        """Where each provider starts the page that ends where ``cursor``'s page began:
-        read ``L + 1`` records back from each, merge, keep the last ``L``; the record
-        just before a provider's first kept one is where it starts."""
+        """Where each provider starts the page that ends where ``cursor``'s places begin:
+        read the ``L + 1`` records up to each place, merge, keep the last ``L``; a
+        provider starts just after the record before its first kept one, or at its
+        beginning when all it read was kept."""
         limit, descending = self.query.limit, self.query.descending
         places: dict[str, Place] = {}
         pages: dict[str, tuple[LockPage, list[Any]]] = {}
         for alias, provider in sources:
-            back = cursor.before.get(alias)
-            places[alias] = cursor.places.get(alias)
-            if back is None:
-                continue
+            place = places[alias] = cursor.places.get(alias)
+            if place is None or not provider.listing.backward:
+                continue  # at its beginning already (or cannot step back: said on the page)
             try:
-                pages[alias] = self._read(alias, provider, replace(self.query, limit=limit + 1, cursor=back))
+                back = replace(self.query, limit=limit + 1, cursor=backward_from(place))
+                pages[alias] = self._read(alias, provider, back)
             except InvalidCursor:
                 raise
             except Exception:  # noqa: BLE001  (the forward read reports it, if it still fails)
                 continue
         order = {alias: i for i, (alias, _) in enumerate(sources)}
         tails = {alias: len(page.records) for alias, (page, _) in pages.items()}
-        kept = 0
-        while kept < limit:
+        for _ in range(limit):
             best: str | None = None
             for alias, tail in tails.items():
                 if tail == 0:
                     continue
-                # The largest tail in the query's direction comes last on the page.
+                # The last record in the query's direction goes last on the page.
                 if best is None or self._before(
                     (pages[best][1][tails[best] - 1], order[best]),
                     (pages[alias][1][tail - 1], order[alias]),
@@ -348,12 +325,14 @@ class MergedListing:
             if best is None:
                 break
             tails[best] -= 1
-            kept += 1
         for alias, (page, _) in pages.items():
             tail = tails[alias]
-            if tail < len(page.records):
-                places[alias] = page.cursor_after(tail - 1) if tail else None
-            # Nothing of it is on the page: it starts where that page started, unchanged.
+            if tail:
+                places[alias] = page.cursor_after(tail - 1)
+            elif page.previous_cursor is None:
+                places[alias] = None  # all it has before its place is on the page
+            # else: a store that read less than it was asked for and has more before
+            # (never a store that reads limit + 1); it keeps its place.
         return places
 
     @staticmethod
@@ -366,12 +345,8 @@ class MergedListing:
         return l_order > r_order if descending else l_order < r_order
 
 
-def _places_of(value: Any, aliases: Sequence[str]) -> bool:
-    return (
-        isinstance(value, dict)
-        and set(value) <= set(aliases)
-        and all(v is None or isinstance(v, str) for v in value.values())
-    )
+def _places_of(value: dict[Any, Any], aliases: Sequence[str]) -> bool:
+    return set(value) <= set(aliases) and all(v is None or isinstance(v, str) for v in value.values())
 
 
 @dataclass(frozen=True)

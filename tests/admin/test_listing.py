@@ -112,7 +112,7 @@ def test_pages_of_three_forward_to_the_end_and_back_to_the_start(
     assert forward[0].total == len(want)  # every memory store counts
 
 
-def test_a_provider_that_runs_out_early_is_not_asked_again_for_what_it_gave(clock: MutableClock) -> None:
+def test_a_provider_that_runs_out_early_repeats_nothing(clock: MutableClock) -> None:
     stores = fill(clock)
     listing = MergedListing(list(stores), LockQuery(limit=3), stores.__getitem__)
     forward, _ = walk(listing)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
 
 from tslock_django.conf import MEMORY_BACKEND
@@ -154,3 +154,19 @@ class FlakyMemoryProvider(MemoryLockProvider):
 
 #: Every order of a query, both ways: (order, descending).
 EVERY_ORDER = [(order, descending) for order in ORDERS for descending in (False, True)]
+
+
+class SelfCleaningProvider(MemoryLockProvider):
+    """A store that forgets expired records by itself, as Workers KV does."""
+
+    self_cleaning: ClassVar[str | None] = "Workers KV deletes each key when its expiration passes"
+
+    def purge(self, expired_for: timedelta, *, dry_run: bool = False, batch_size: int = 500) -> int:
+        return LockProvider.purge(self, expired_for, dry_run=dry_run, batch_size=batch_size)
+
+
+class FailingPurgeProvider(MemoryLockProvider):
+    """A store whose purge fails."""
+
+    def purge(self, expired_for: timedelta, *, dry_run: bool = False, batch_size: int = 500) -> int:
+        raise LockProviderError("HTTP 500 from the store", alias=self.alias, status_code=500)

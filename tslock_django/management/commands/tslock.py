@@ -281,13 +281,15 @@ class Command(BaseCommand):
         """The records of one provider, by name, one page in memory at a time."""
         store = providers[alias]
         guarantee = str(store.guarantee)
-        if not store.listing.expired:
-            states = states - {"expired"} or states  # the core says so in the page notes
-        size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit, MAX_LIMIT)
+        size = min(PAGE_SIZE, MAX_LIMIT) if limit is None else min(PAGE_SIZE, limit, MAX_LIMIT)
         count = 0
+        said: tuple[str, ...] = ()
         for page in store.pages(LockQuery(prefix=prefix, states=states, limit=size)):
+            # What a store could not do is said when it changes, not on every page.
             for note in page.notes:
-                self.stderr.write(f"{alias}: {note}")
+                if note not in said:
+                    self.stderr.write(f"{alias}: {note}")
+            said = page.notes
             for record in page.records:
                 yield guarantee, record
                 count += 1

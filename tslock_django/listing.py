@@ -204,7 +204,7 @@ class MergedListing:
         if decoded is not None:
             places.update({a: decoded.places.get(a) for a in places})
             if decoded.backward:
-                places = self._places_before(sources, decoded, result)
+                places = self._places_before(sources, decoded)
         self._forward(sources, places, result)
         return result
 
@@ -288,7 +288,7 @@ class MergedListing:
             result.total = sum(c for c in counts if c is not None) if None not in counts else None
 
     def _places_before(
-        self, sources: list[tuple[str, LockProvider]], cursor: ListingCursor, result: MergedPage
+        self, sources: list[tuple[str, LockProvider]], cursor: ListingCursor
     ) -> dict[str, Place]:
         """Where each provider starts the page that ends where ``cursor``'s places begin:
         read the ``L + 1`` records up to each place, merge, keep the last ``L``; a

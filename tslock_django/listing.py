@@ -142,7 +142,8 @@ class MergedListing:
         payload: dict[str, Any] = {"v": _VERSION, "k": self.binding, "p": cursor.places}
         if cursor.backward:
             payload["b"] = 1
-        return signing.dumps(payload, salt=_SALT, compress=True)
+        # No timestamp (unlike signing.dumps): the same places always give the same link.
+        return signing.Signer(salt=_SALT).sign_object(payload, compress=True)
 
     def decode(self, text: str | None) -> ListingCursor | None:
         """The merged cursor ``text`` of this listing, ``None`` for the first page.
@@ -154,7 +155,7 @@ class MergedListing:
         if not text:
             return None
         try:
-            payload = signing.loads(text, salt=_SALT)
+            payload = signing.Signer(salt=_SALT).unsign_object(text)
         except signing.BadSignature:
             raise InvalidCursor(
                 "the page link is not one this site gave out (altered, truncated, or from before a "

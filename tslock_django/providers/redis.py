@@ -261,6 +261,11 @@ class RedisLockProvider(LockProvider):
             return f"could not talk to Redis ({detail}); is the server up and the URL right?"
         if isinstance(err, redis.ResponseError) and ("NOSCRIPT" in detail or "Unknown Redis command" in detail):
             return f"Redis refused the lock script ({detail}); Redis 7 or later is needed"
+        if "user_script" in detail:
+            return (
+                f"a tslock script failed in Redis ({detail}); were keys under key_prefix "
+                f"{self.options['key_prefix']!r} written by something else? Use another key_prefix"
+            )
         return f"Redis answered an error ({detail})"
 
     def _run(self, script: str, what: str, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:

@@ -249,6 +249,8 @@ class RedisLockProvider(LockProvider):
         if isinstance(err, redis.AuthenticationError) or any(
             code in detail for code in ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password")
         ):
+            if self.options["url"] is not None and not self._password:
+                return f"Redis refused the credentials ({detail}); it needs a password and the URL has none"
             return f"Redis refused the credentials ({detail}); check the user and password in the URL"
         if isinstance(err, redis.TimeoutError):
             return f"Redis did not answer in time ({detail}); is the server up and not overloaded?"

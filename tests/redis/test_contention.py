@@ -56,7 +56,9 @@ def contend(tmp_path: Path, url: str, key_prefix: str, processes: int, rounds: i
     try:
         for process in running:
             out, err = process.communicate(timeout=PROCESS_TIMEOUT_S)
-            assert process.returncode == 0, f"a contender failed (status {process.returncode}):\n{err[-2000:]}"
+            assert process.returncode == 0, (
+                f"a contender failed (status {process.returncode}):\n{err[-2000:]}"
+            )
             assert PASSWORD not in out + err
             outcomes.append(json.loads(out.strip().splitlines()[-1]))
     finally:

@@ -72,7 +72,9 @@ def test_nothing_listening(make: Callable[..., RedisLockProvider]) -> None:
         assert_store_failure(operation, alias="jobs", saying="could not talk to Redis")
 
 
-def test_server_goes_down_between_operations(server: RedisServer, make: Callable[..., RedisLockProvider]) -> None:
+def test_server_goes_down_between_operations(
+    server: RedisServer, make: Callable[..., RedisLockProvider]
+) -> None:
     provider = make(server.url, timeout=2)
     held = provider.lock(CONFIG)
     assert held is not None
@@ -148,7 +150,9 @@ def test_connection_killed_mid_operation(server: RedisServer, make: Callable[...
     assert provider.lock(CONFIG) is not None, "the killed acquire never ran; the next one does"
 
 
-def test_read_only_replica(server: RedisServer, tmp_path: Path, make: Callable[..., RedisLockProvider]) -> None:
+def test_read_only_replica(
+    server: RedisServer, tmp_path: Path, make: Callable[..., RedisLockProvider]
+) -> None:
     on_primary = make(server.url)
     held = on_primary.lock(CONFIG)
     assert held is not None

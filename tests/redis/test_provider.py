@@ -81,9 +81,12 @@ def test_bad_options_are_refused_naming_the_option_never_the_password(
 
 
 def test_timeout_belongs_to_the_url_form() -> None:
-    with override_settings(CACHES={"shared": {"BACKEND": redis_provider.DJANGO_REDIS_CACHE}}):
-        with pytest.raises(InvalidLockProvider, match="applies to OPTIONS\\['url'\\] only"):
-            RedisLockProvider("jobs", cache="shared", timeout=2)
+    shared = {"shared": {"BACKEND": redis_provider.DJANGO_REDIS_CACHE}}
+    with (
+        override_settings(CACHES=shared),
+        pytest.raises(InvalidLockProvider, match="applies to OPTIONS\\['url'\\] only"),
+    ):
+        RedisLockProvider("jobs", cache="shared", timeout=2)
 
 
 def test_repr_shows_where_but_not_the_password() -> None:
@@ -118,7 +121,6 @@ def test_redis_url_keeps_redis_py_options_in_the_url() -> None:
 
 
 def test_system_check_reports_bad_options_without_the_password() -> None:
-    bad = {"default": {"BACKEND": "tslock_django.conf.DATABASE_BACKEND"}}
     bad = {
         "default": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"},
         "cache": {
@@ -157,7 +159,9 @@ def test_importing_tslock_django_does_not_import_redis_py() -> None:
 # -- operations ------------------------------------------------------------------------
 
 
-def test_every_operation_is_one_round_trip(make_provider: MakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_operation_is_one_round_trip(
+    make_provider: MakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
     provider = make_provider()
     warm = provider.lock(config("warm-up"))  # loads the scripts this test uses, if needed
     assert warm is not None
@@ -269,8 +273,12 @@ def index_snapshot(provider: RedisLockProvider) -> dict[str, Any]:
     return {
         "records": records,
         "by-name": {m.decode() for m in client.zrange(prefix + "by-name", 0, -1)},
-        "by-lock-until": {m.decode(): int(s) for m, s in client.zrange(prefix + "by-lock-until", 0, -1, withscores=True)},
-        "by-locked-at": {m.decode(): int(s) for m, s in client.zrange(prefix + "by-locked-at", 0, -1, withscores=True)},
+        "by-lock-until": {
+            m.decode(): int(s) for m, s in client.zrange(prefix + "by-lock-until", 0, -1, withscores=True)
+        },
+        "by-locked-at": {
+            m.decode(): int(s) for m, s in client.zrange(prefix + "by-locked-at", 0, -1, withscores=True)
+        },
     }
 
 
@@ -306,7 +314,9 @@ def write_record(provider: RedisLockProvider, name: str, lock_until_us: int, loc
 
 
 @pytest.mark.parametrize("descending", [False, True])
-def test_time_order_breaks_ties_by_name_in_code_point_order(make_provider: MakeProvider, descending: bool) -> None:
+def test_time_order_breaks_ties_by_name_in_code_point_order(
+    make_provider: MakeProvider, descending: bool
+) -> None:
     provider = make_provider()
     now_us = int(provider.client().time()[0]) * 1_000_000
     names = ["b", "a", "Z", "é", "z", "ab", "\U0001f512"]

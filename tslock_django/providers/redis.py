@@ -30,9 +30,7 @@ try:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 except ImportError as err:  # pragma: no cover - depends on the installation
-    raise ImportError(
-        "the Redis lock provider needs redis-py: pip install 'tslock-django[redis]'"
-    ) from err
+    raise ImportError("the Redis lock provider needs redis-py: pip install 'tslock-django[redis]'") from err
 
 from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
@@ -91,7 +89,8 @@ class RedisLockProvider(LockProvider):
         self._validate_options()
         prefix = str(self.options["key_prefix"])
         self._records, self._fencing = prefix + "records", prefix + "fencing"
-        self._by_name, self._by_until, self._by_at = prefix + "by-name", prefix + "by-lock-until", prefix + "by-locked-at"
+        self._by_name, self._by_until = prefix + "by-name", prefix + "by-lock-until"
+        self._by_at = prefix + "by-locked-at"
         self._redis_client: redis.Redis | None = None
         self._mutex = threading.Lock()
         self._pool: redis.ConnectionPool | None = None
@@ -127,8 +126,14 @@ class RedisLockProvider(LockProvider):
                 try:
                     timeout = float(timeout)
                 except ValueError:
-                    raise self.option_error("timeout", f"must be a number of seconds, got {timeout!r}") from None
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout):
+                    raise self.option_error(
+                        "timeout", f"must be a number of seconds, got {timeout!r}"
+                    ) from None
+            if (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, (int, float))
+                or not math.isfinite(timeout)
+            ):
                 raise self.option_error("timeout", f"must be a number of seconds, got {timeout!r}")
             if timeout <= 0:
                 raise self.option_error("timeout", f"must be greater than 0 seconds, got {timeout!r}")
@@ -143,7 +148,9 @@ class RedisLockProvider(LockProvider):
             self._password = parts.password or ""
             port = parts.port
         except ValueError:
-            raise self.option_error("url", "has an invalid port (a number from 0 to 65535 is expected)") from None
+            raise self.option_error(
+                "url", "has an invalid port (a number from 0 to 65535 is expected)"
+            ) from None
         if parts.scheme not in ("redis", "rediss") or not parts.hostname:
             raise self.option_error(
                 "url", "must be a redis:// or rediss:// URL with a host, e.g. 'redis://:PASSWORD@HOST:6379/0'"
@@ -159,7 +166,9 @@ class RedisLockProvider(LockProvider):
         caches = getattr(settings, "CACHES", {})
         if not isinstance(alias, str) or alias not in caches:
             known = ", ".join(map(repr, caches)) or "(none)"
-            raise self.option_error("cache", f"must name a CACHES alias; {alias!r} is not one (configured: {known})")
+            raise self.option_error(
+                "cache", f"must name a CACHES alias; {alias!r} is not one (configured: {known})"
+            )
         backend = caches[alias].get("BACKEND")
         if backend not in (DJANGO_REDIS_CACHE, DJANGO_REDIS_PACKAGE_CACHE):
             raise self.option_error(
@@ -182,7 +191,9 @@ class RedisLockProvider(LockProvider):
                 client_name="tslock",
             )
         except (ValueError, TypeError) as err:
-            raise self.option_error("url", f"could not be read by redis-py: {self._scrub(str(err))}") from None
+            raise self.option_error(
+                "url", f"could not be read by redis-py: {self._scrub(str(err))}"
+            ) from None
 
     def _scrub(self, text: str) -> str:
         """``text`` without the password, in clear or percent-encoded."""
@@ -246,9 +257,8 @@ class RedisLockProvider(LockProvider):
             raise LockProviderError(f"{what}: {self._explain(err, detail)}", alias=self.alias) from err
 
     def _explain(self, err: redis.RedisError, detail: str) -> str:
-        if isinstance(err, redis.AuthenticationError) or any(
-            code in detail for code in ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password")
-        ):
+        refused = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password")
+        if isinstance(err, redis.AuthenticationError) or any(code in detail for code in refused):
             if self.options["url"] is not None and not self._password:
                 return f"Redis refused the credentials ({detail}); it needs a password and the URL has none"
             return f"Redis refused the credentials ({detail}); check the user and password in the URL"
@@ -261,8 +271,9 @@ class RedisLockProvider(LockProvider):
             )
         if isinstance(err, redis.ConnectionError):
             return f"could not talk to Redis ({detail}); is the server up and the URL right?"
-        if isinstance(err, redis.ResponseError) and ("NOSCRIPT" in detail or "Unknown Redis command" in detail):
-            return f"Redis refused the lock script ({detail}); Redis 7 or later is needed"
+        if "Error compiling script" in detail:
+            # Redis before 7 cannot read the scripts' "#!lua" first line.
+            return f"Redis refused the lock script ({detail}); the Redis provider needs Redis 7 or later"
         if "user_script" in detail:
             return (
                 f"a tslock script failed in Redis ({detail}); were keys under key_prefix "

@@ -313,9 +313,10 @@ class Script:
     sha: str = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())  # noqa: S324  (Redis names scripts by SHA-1)
+        # Redis names scripts by their SHA-1; it is an identifier here, not a safeguard.
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
-    def run(self, client: Any, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+    def run(self, client: Any, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
         """The script's answer on ``client`` (a ``redis.Redis``); redis-py errors pass
         through for the provider to turn into ``LockProviderError``."""
         from redis.exceptions import NoScriptError

@@ -36,16 +36,15 @@ def config(name: str, at_most: str | float = "5m", at_least: str | float = 0) ->
 
 
 def commands_sent(provider: RedisLockProvider, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record the name of every command the provider's client sends from now on."""
-    client = provider.client()
+    """Record every command the provider sends from now on (``SCRIPT LOAD`` as one)."""
     sent: list[str] = []
-    original = client.execute_command
+    original = provider._execute
 
-    def counting(*args: Any, **options: Any) -> Any:
-        sent.append(str(args[0]).upper())
-        return original(*args, **options)
+    def counting(*args: Any) -> Any:
+        sent.append(" ".join(str(a) for a in args[:2]) if args[0] == "SCRIPT" else str(args[0]))
+        return original(*args)
 
-    monkeypatch.setattr(client, "execute_command", counting)
+    monkeypatch.setattr(provider, "_execute", counting)
     return sent
 
 

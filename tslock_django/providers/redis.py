@@ -9,8 +9,8 @@ missing on the replica that takes over, and a second holder can then acquire it.
 Records stay after they expire (the admin shows who last ran a job and when) until
 ``purge`` removes the old ones; the fencing counters are never removed.
 
-redis-py is imported by this module only, which ``tslock_django`` imports only when a
-Redis provider is configured.
+redis-py is imported by this module and ``redis_scripts`` only, which ``tslock_django``
+imports only when a Redis provider is configured.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import json
 import math
 import secrets
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit
 
@@ -37,7 +36,7 @@ from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
 from ..core.records import LockRecord, fingerprint
 from ..exceptions import LockProviderError
-from .epoch import MAX_EPOCH_US, from_epoch_us
+from .epoch import EPOCH, MAX_EPOCH_US
 from .redis_scripts import SCRIPTS
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -246,15 +245,11 @@ class RedisLockProvider(LockProvider):
             if self._pool is not None:
                 self._pool.disconnect()
 
-    @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        """Turn every redis-py failure into a ``LockProviderError`` that says what
-        happened and what to check, without the password."""
-        try:
-            yield
-        except redis.RedisError as err:
-            detail = self._scrub(str(err)) or type(err).__name__
-            raise LockProviderError(f"{what}: {self._explain(err, detail)}", alias=self.alias) from err
+    def _failure(self, what: str, err: redis.RedisError) -> LockProviderError:
+        """The ``LockProviderError`` for a redis-py failure: what happened and what to
+        check, without the password."""
+        detail = self._scrub(str(err)) or type(err).__name__
+        return LockProviderError(f"{what}: {self._explain(err, detail)}", alias=self.alias)
 
     def _explain(self, err: redis.RedisError, detail: str) -> str:
         refused = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password")
@@ -281,9 +276,35 @@ class RedisLockProvider(LockProvider):
             )
         return f"Redis answered an error ({detail})"
 
-    def _run(self, script: str, what: str, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
-        with self._errors(what):
-            return SCRIPTS[script].run(self.client(), keys, args)
+    def _execute(self, *args: object) -> Any:
+        """Send one command on a connection of the client's pool and read its answer.
+
+        This is redis-py's connection layer without its client layer: the client would
+        retry after a lost answer (a lock write must reach the caller as a failure, not
+        run twice) and instruments every command, which costs more than the round trip
+        itself on a local network."""
+        pool = self.client().connection_pool
+        connection: Any = pool.get_connection()
+        try:
+            connection.send_command(*args)
+            return connection.read_response()
+        except redis.ResponseError:
+            raise  # an answer, read in full: the connection stays usable
+        except BaseException:
+            # Interrupted between sending and reading: a late answer must not be read
+            # as the answer to the next command.
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
+
+    def _run(self, script: str, what: str, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        """Run one script; ``what`` and ``name`` describe the operation for a message
+        (formatted only when there is a failure to report)."""
+        try:
+            return SCRIPTS[script].run(self._execute, keys, args)
+        except redis.RedisError as err:
+            raise self._failure(f"{what} {name!r}" if name else what, err) from err
 
     # -- records -------------------------------------------------------------------
 
@@ -294,7 +315,39 @@ class RedisLockProvider(LockProvider):
             alias=self.alias,
         )
 
-    def _record(self, raw: object, what: str, *, with_token: bool) -> LockRecord:
+    def _holding(
+        self, reply: object, name: str, what: str, *, with_token: bool
+    ) -> tuple[LockRecord, datetime]:
+        """The holding an acquire or extend script returned (see ``holding`` in
+        ``redis_scripts``) as a record of ``name``, and its at-least deadline."""
+        try:
+            text = reply.decode() if isinstance(reply, bytes) else str(reply)
+            until, at, at_least, fencing, state, token, locked_by = text.split("|", 6)
+            lock_until, locked_at, least = int(until), int(at), int(at_least)
+            released = int(state) != 0
+            if not (
+                0 <= lock_until <= MAX_EPOCH_US
+                and 0 <= locked_at <= MAX_EPOCH_US
+                and 0 <= least <= MAX_EPOCH_US
+            ):
+                raise ValueError("a time is out of range")
+            record = LockRecord(
+                name=name,
+                lock_until=EPOCH + timedelta(microseconds=lock_until),
+                locked_at=EPOCH + timedelta(microseconds=locked_at),
+                locked_by=locked_by,
+                token=token if with_token else "",
+                fencing_token=int(fencing),
+                provider=self.alias,
+                released=released,
+                token_fingerprint=fingerprint(token) if token else "",
+            )
+        except (ValueError, UnicodeDecodeError) as err:
+            raise self._malformed(what, str(err) or "not a holding") from None
+        return record, EPOCH + timedelta(microseconds=least)
+
+    def _listed(self, raw: object, what: str) -> LockRecord:
+        """A record as stored (JSON, see ``redis_scripts``), without its token."""
         try:
             data = json.loads(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):
@@ -302,36 +355,33 @@ class RedisLockProvider(LockProvider):
         if not isinstance(data, dict):
             raise self._malformed(what, "not a JSON object")
         try:
-            times = {key: int(data[key]) for key in ("u", "a", "l", "f")}
+            lock_until, locked_at, fencing = int(data["u"]), int(data["a"]), int(data["f"])
             name, locked_by, token, state = data["n"], data["b"], data["t"], data["r"]
         except (KeyError, TypeError, ValueError):
             raise self._malformed(what, "a field is missing or not a number") from None
-        if not all(isinstance(v, str) for v in (name, locked_by, token)) or state not in (0, 1, 2):
+        texts_ok = isinstance(name, str) and isinstance(locked_by, str) and isinstance(token, str)
+        if not texts_ok or state not in (0, 1, 2):
             raise self._malformed(what, "a field has the wrong type")
-        if not all(0 <= times[key] <= MAX_EPOCH_US for key in ("u", "a", "l")):
+        if not (0 <= lock_until <= MAX_EPOCH_US and 0 <= locked_at <= MAX_EPOCH_US):
             raise self._malformed(what, "a time is out of range")
         return LockRecord(
             name=name,
-            lock_until=from_epoch_us(times["u"]),
-            locked_at=from_epoch_us(times["a"]),
+            lock_until=EPOCH + timedelta(microseconds=lock_until),
+            locked_at=EPOCH + timedelta(microseconds=locked_at),
             locked_by=locked_by,
-            token=token if with_token else "",
-            fencing_token=times["f"],
+            fencing_token=fencing,
             provider=self.alias,
             released=state != 0,
             token_fingerprint=fingerprint(token) if token else "",
         )
 
-    def _at_least_until(self, raw: object) -> Any:
-        return from_epoch_us(int(json.loads(raw)["l"]))  # type: ignore[arg-type]
-
     # -- the primitives --------------------------------------------------------------
 
     def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
-        what = f"acquire {config.name!r}"
         acquired, raw = self._run(
             "acquire",
-            what,
+            "acquire",
+            config.name,
             [self._records, self._fencing, self._by_name, self._by_until, self._by_at],
             [
                 config.name,
@@ -341,29 +391,30 @@ class RedisLockProvider(LockProvider):
                 secrets.token_hex(16),
             ],
         )
+        what = f"acquire {config.name!r}"
         if not acquired:
-            return self._record(raw, what, with_token=False)
-        record = self._record(raw, what, with_token=True)
-        return self.handle(record, config, lock_at_least_until=self._at_least_until(raw))
+            return self._holding(raw, config.name, what, with_token=False)[0]
+        record, at_least_until = self._holding(raw, config.name, what, with_token=True)
+        return self.handle(record, config, lock_at_least_until=at_least_until)
 
     def _unlock(self, held: SimpleLock) -> bool:
         released = self._run(
-            "unlock", f"unlock {held.name!r}", [self._records, self._by_until], [held.name, held.token]
+            "unlock", "unlock", held.name, [self._records, self._by_until], [held.name, held.token]
         )
         return bool(released)
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
-        what = f"extend {held.name!r}"
         raw = self._run(
             "extend",
-            what,
+            "extend",
+            held.name,
             [self._records, self._by_until],
             [held.name, held.token, max(1, _us(config.lock_at_most_for)), _us(config.lock_at_least_for)],
         )
         if raw is None:
             return None
-        record = self._record(raw, what, with_token=True)
-        return self.handle(record, config, lock_at_least_until=self._at_least_until(raw))
+        record, at_least_until = self._holding(raw, held.name, f"extend {held.name!r}", with_token=True)
+        return self.handle(record, config, lock_at_least_until=at_least_until)
 
     def _force_unlock(self, name: str, expected: int | str | None) -> bool:
         if expected is None:
@@ -373,7 +424,7 @@ class RedisLockProvider(LockProvider):
         else:
             kind, value = "token", expected
         released = self._run(
-            "force_release", f"force-release {name!r}", [self._records, self._by_until], [name, kind, value]
+            "force_release", "force-release", name, [self._records, self._by_until], [name, kind, value]
         )
         return bool(released)
 
@@ -397,6 +448,7 @@ class RedisLockProvider(LockProvider):
         reply = self._run(
             "query",
             what,
+            "",
             [self._records, index, self._by_name, self._by_until],
             [
                 query.order,
@@ -413,7 +465,7 @@ class RedisLockProvider(LockProvider):
             ],
         )
         status, resume_key, resume_name, total = reply[:4]
-        records = [self._record(raw, what, with_token=False) for raw in reply[4:]]
+        records = [self._listed(raw, what) for raw in reply[4:]]
         page = StorePage(
             records=records[: query.limit],
             more=status != 0,
@@ -460,10 +512,10 @@ class RedisLockProvider(LockProvider):
         keys = [self._records, self._by_name, self._by_until, self._by_at]
         args = [_us(expired_for), batch]
         if dry_run:
-            return int(self._run("purge", "purge (dry run)", keys, [*args, "1"]))
+            return int(self._run("purge", "purge (dry run)", "", keys, [*args, "1"]))
         deleted = 0
         while True:
-            count = int(self._run("purge", "purge", keys, [*args, "0"]))
+            count = int(self._run("purge", "purge", "", keys, [*args, "0"]))
             deleted += count
             if count < batch:
                 return deleted

@@ -190,6 +190,23 @@ def test_a_skip_names_the_holder_from_the_same_answer(make_provider: MakeProvide
     assert attempt.holder.token_fingerprint == held.record.token_fingerprint
 
 
+def test_odd_names_and_holders_round_trip_through_every_answer(make_provider: MakeProvider) -> None:
+    provider = make_provider()
+    provider.locked_by = 'worker "7" | C:\\jobs \u00e9\U0001f512\n'
+    name = 'quote" back\\slash |pipe| \u00e9\U0001f512'
+    held = provider.lock(config(name, "5m", "1m"))
+    assert held is not None and held.record.locked_by == provider.locked_by and held.name == name
+    holder = provider.attempt(config(name)).holder
+    assert holder is not None and (holder.name, holder.locked_by) == (name, provider.locked_by)
+    extended = held.extend("6m", "1m")
+    assert extended is not None and extended.record.locked_by == provider.locked_by
+    assert extended.unlock() is True
+    (listed,) = provider.list_locks()
+    assert (listed.name, listed.locked_by, listed.released) == (name, provider.locked_by, True)
+    assert provider.force_unlock(name, expected=None) is True
+    assert provider.lock(config(name)) is not None
+
+
 def test_unlock_keeps_the_record_released_until_the_at_least_deadline(make_provider: MakeProvider) -> None:
     provider = make_provider()
     held = provider.lock(config("nightly", "5m", "2m"))

@@ -46,10 +46,30 @@ local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+-- A record is JSON in one fixed layout, built here by concatenation (cjson.encode costs
+-- more than the rest of a script) and read back by one anchored pattern:
+-- {"u":"..","r":0,"l":"..","a":"..","f":"..","t":"..","n":<JSON>,"b":<JSON>}
+local function encode(u, r, l, a, f, t, n_json, b_json)
+  return '{"u":"' .. u .. '","r":' .. r .. ',"l":"' .. l .. '","a":"' .. a .. '","f":"' .. f ..
+    '","t":"' .. t .. '","n":' .. n_json .. ',"b":' .. b_json .. '}'
+end
+-- u, r (a number), l, a, f, t; an error for a value tslock did not write. A script that
+-- changes u, r or l keeps the rest of the string as it is: u and r end at #u + 13,
+-- l at #u + #l + 20.
+local function decode(raw)
+  local u, r, l, a, f, t =
+    string.match(raw, '^{"u":"(%d+)","r":(%d),"l":"(%d+)","a":"(%d+)","f":"(%d+)","t":"([^"]*)"')
+  if not u then error('tslock: a record in ' .. KEYS[1] .. ' was not written by tslock') end
+  return u, tonumber(r), l, a, f, t
+end
 -- A holding as the caller reads it: 'lock_until|locked_at|at-least|fencing|state|token|
 -- locked_by' (split in C, cheaper than JSON; locked_by last, as it may hold a '|').
-local function holding(rec)
-  return rec.u .. '|' .. rec.a .. '|' .. rec.l .. '|' .. rec.f .. '|' .. rec.r .. '|' .. rec.t .. '|' .. rec.b
+local function holding(u, a, l, f, r, t, b)
+  return u .. '|' .. a .. '|' .. l .. '|' .. f .. '|' .. r .. '|' .. t .. '|' .. b
+end
+local function holding_of(raw)
+  local rec = cjson.decode(raw)
+  return holding(rec.u, rec.a, rec.l, rec.f, rec.r, rec.t, rec.b)
 end
 """
 
@@ -58,33 +78,36 @@ ACQUIRE = (
     + _PRELUDE
     + """
 -- KEYS: records, fencing, by-name, by-lock-until, by-locked-at
--- ARGV: name, lock_at_most_for (us), lock_at_least_for (us), locked_by, token
+-- ARGV: name, lock_at_most_for (us), lock_at_least_for (us), locked_by, token,
+--       name as JSON, locked_by as JSON
 -- Returns {1, holding} when acquired, {0, the holder's holding} when held.
 local name, token = ARGV[1], ARGV[5]
 local now = now_us()
 local raw = redis.call('HGET', KEYS[1], name)
+local last
 if raw then
-  local rec = cjson.decode(raw)
-  if tonumber(rec.u) > now then
+  local u, r, l, a, f, t = decode(raw)
+  if tonumber(u) > now then
     -- Our own token: this request already took the lock (a client library retried
     -- it after losing the answer); hand back the same holding.
-    if rec.t == token and rec.r == 0 then return {1, holding(rec)} end
-    return {0, holding(rec)}
+    if t == token and r == 0 then return {1, holding_of(raw)} end
+    return {0, holding_of(raw)}
   end
+  -- The record's token is the name's counter: both are written together below.
+  last = tonumber(f)
+else
+  -- A new name, or one purged: the counter hash still has its last token.
+  redis.call('ZADD', KEYS[3], 0, name)
+  last = tonumber(redis.call('HGET', KEYS[2], name) or '0')
 end
--- A name seen before is in the name index already.
-if not raw then redis.call('ZADD', KEYS[3], 0, name) end
-local last = tonumber(redis.call('HGET', KEYS[2], name) or '0')
-local fencing = math.max(last + 1, now)
-local lock_until = now + tonumber(ARGV[2])
-local rec = {n = name, u = fmt(lock_until), a = fmt(now), l = fmt(now + tonumber(ARGV[3])),
-             b = ARGV[4], t = token, f = fmt(fencing), r = 0}
-raw = cjson.encode(rec)
+local fencing = fmt(math.max(last + 1, now))
+local lock_until, locked_at, at_least = fmt(now + tonumber(ARGV[2])), fmt(now), fmt(now + tonumber(ARGV[3]))
+raw = encode(lock_until, 0, at_least, locked_at, fencing, token, ARGV[6], ARGV[7])
 redis.call('HSET', KEYS[1], name, raw)
-redis.call('HSET', KEYS[2], name, fmt(fencing))
-redis.call('ZADD', KEYS[4], fmt(lock_until), name)
-redis.call('ZADD', KEYS[5], fmt(now), name)
-return {1, holding(rec)}
+redis.call('HSET', KEYS[2], name, fencing)
+redis.call('ZADD', KEYS[4], lock_until, name)
+redis.call('ZADD', KEYS[5], locked_at, name)
+return {1, holding(lock_until, locked_at, at_least, fencing, 0, token, ARGV[4])}
 """
 )
 
@@ -97,17 +120,16 @@ UNLOCK = (
 -- Returns 1 when our holding is released (kept until its at-least deadline), else 0.
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
-local rec = cjson.decode(raw)
-if rec.t ~= ARGV[2] then return 0 end
+local u, r, l, a, f, t = decode(raw)
+if t ~= ARGV[2] then return 0 end
 -- Already released by this token: a retried request whose first answer was lost.
-if rec.r == 1 then return 1 end
-if rec.r ~= 0 then return 0 end
+if r == 1 then return 1 end
+if r ~= 0 then return 0 end
 local now = now_us()
-if tonumber(rec.u) <= now then return 0 end
-local lock_until = math.max(now, tonumber(rec.l))
-rec.u, rec.r = fmt(lock_until), 1
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
-redis.call('ZADD', KEYS[2], fmt(lock_until), ARGV[1])
+if tonumber(u) <= now then return 0 end
+local lock_until = fmt(math.max(now, tonumber(l)))
+redis.call('HSET', KEYS[1], ARGV[1], '{"u":"' .. lock_until .. '","r":1' .. string.sub(raw, #u + 14))
+redis.call('ZADD', KEYS[2], lock_until, ARGV[1])
 return 1
 """
 )
@@ -121,14 +143,14 @@ EXTEND = (
 -- Returns the extended holding, or nil when it is no longer ours.
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return nil end
-local rec = cjson.decode(raw)
+local u, r, l, a, f, t = decode(raw)
 local now = now_us()
-if rec.t ~= ARGV[2] or rec.r ~= 0 or tonumber(rec.u) <= now then return nil end
-local lock_until = now + tonumber(ARGV[3])
-rec.u, rec.l = fmt(lock_until), fmt(now + tonumber(ARGV[4]))
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
-redis.call('ZADD', KEYS[2], fmt(lock_until), ARGV[1])
-return holding(rec)
+if t ~= ARGV[2] or r ~= 0 or tonumber(u) <= now then return nil end
+local lock_until, at_least = fmt(now + tonumber(ARGV[3])), fmt(now + tonumber(ARGV[4]))
+raw = '{"u":"' .. lock_until .. '","r":0,"l":"' .. at_least .. '"' .. string.sub(raw, #u + #l + 21)
+redis.call('HSET', KEYS[1], ARGV[1], raw)
+redis.call('ZADD', KEYS[2], lock_until, ARGV[1])
+return holding_of(raw)
 """
 )
 
@@ -142,14 +164,14 @@ FORCE_RELEASE = (
 -- The fencing counter is left alone: the next holder still gets a higher token.
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
-local rec = cjson.decode(raw)
+local u, r, l, a, f, t = decode(raw)
 local now = now_us()
-if tonumber(rec.u) <= now then return 0 end
-if ARGV[2] == 'fencing' and rec.f ~= ARGV[3] then return 0 end
-if ARGV[2] == 'token' and rec.t ~= ARGV[3] then return 0 end
-rec.u, rec.r = fmt(now), 2
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
-redis.call('ZADD', KEYS[2], fmt(now), ARGV[1])
+if tonumber(u) <= now then return 0 end
+if ARGV[2] == 'fencing' and f ~= ARGV[3] then return 0 end
+if ARGV[2] == 'token' and t ~= ARGV[3] then return 0 end
+local released = fmt(now)
+redis.call('HSET', KEYS[1], ARGV[1], '{"u":"' .. released .. '","r":2' .. string.sub(raw, #u + 14))
+redis.call('ZADD', KEYS[2], released, ARGV[1])
 return 1
 """
 )

@@ -28,8 +28,12 @@ from typing import Any
 import django
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+#: Where ``make bench`` looks for Redis.
+ADDRESS = ("127.0.0.1", 6379)
 #: The floor's release: delete the key only if it still holds our token.
-COMPARE_AND_DELETE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+COMPARE_AND_DELETE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
 
 
 def main(rounds: int, seconds: float) -> dict[str, Any]:
@@ -38,7 +42,9 @@ def main(rounds: int, seconds: float) -> dict[str, Any]:
     from tslock_django.providers.redis import RedisLockProvider
 
     prefix = f"bench-tslock-{os.getpid()}-{uuid.uuid4().hex[:6]}:"
-    provider = RedisLockProvider("bench", url=os.environ.get("BENCH_REDIS_URL", DEFAULT_URL), key_prefix=prefix)
+    provider = RedisLockProvider(
+        "bench", url=os.environ.get("BENCH_REDIS_URL", DEFAULT_URL), key_prefix=prefix
+    )
     client = provider.client()
     try:
         from bench.stats import interleave, ratios
@@ -98,6 +104,38 @@ def build(provider: Any, prefix: str) -> dict[str, Any]:
         "redis-py Lock": redis_py_cycle,
         "python-redis-lock": python_redis_lock_cycle,
     }
+
+
+def targets(redis: dict[str, Any] | None) -> dict[str, Any]:
+    """The Redis provider's targets: >= 0.9x the raw floor, >= 1.0x python-redis-lock."""
+    if not redis:
+        return {}
+    found = {}
+    for contender, bound in (("raw", 0.9), ("python-redis-lock", 1.0)):
+        value = redis["tslock_over"][contender]
+        found[f"redis: tslock >= {bound}x {contender}"] = {
+            "value": round(value, 3),
+            "bound": f">= {bound}",
+            "met": value >= bound,
+        }
+    return found
+
+
+def render(redis: dict[str, Any] | None) -> list[str]:
+    """The Redis table (lines to add to the report)."""
+    if not redis:
+        return []
+    lines = [
+        "",
+        f"{redis['server']}: lock+unlock cycles/s (median, p10-p90; tslock median / contender median)",
+    ]
+    for name, r in redis["results"].items():
+        ratio = redis["tslock_over"].get(name)
+        lines.append(
+            f"  {name:<18} {r['median']:>8.0f} {r['p10']:>7.0f}-{r['p90']:<7.0f} "
+            f"{'' if ratio is None else f'{ratio:.2f}x':>9}"
+        )
+    return lines
 
 
 if __name__ == "__main__":

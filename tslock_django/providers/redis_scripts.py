@@ -55,12 +55,14 @@ local function encode(u, r, l, a, f, t, n_json, b_json)
 end
 -- u, r (a number), l, a, f, t; an error for a value tslock did not write. A script that
 -- changes u, r or l keeps the rest of the string as it is: u and r end at #u + 13,
--- l at #u + #l + 20.
+-- l at #u + #l + 20. (cjson.decode is cheaper here than one string.match.)
 local function decode(raw)
-  local u, r, l, a, f, t =
-    string.match(raw, '^{"u":"(%d+)","r":(%d),"l":"(%d+)","a":"(%d+)","f":"(%d+)","t":"([^"]*)"')
-  if not u then error('tslock: a record in ' .. KEYS[1] .. ' was not written by tslock') end
-  return u, tonumber(r), l, a, f, t
+  local ok, rec = pcall(cjson.decode, raw)
+  if not ok or type(rec) ~= 'table' or type(rec.u) ~= 'string'
+      or string.sub(raw, #rec.u + 7, #rec.u + 12) ~= '","r":' then
+    error('tslock: a record in ' .. KEYS[1] .. ' was not written by tslock')
+  end
+  return rec.u, rec.r, rec.l, rec.a, rec.f, rec.t
 end
 -- A holding as the caller reads it: 'lock_until|locked_at|at-least|fencing|state|token|
 -- locked_by' (split in C, cheaper than JSON; locked_by last, as it may hold a '|').

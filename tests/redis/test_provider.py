@@ -4,6 +4,7 @@ tokens across a restart that lost every key, the listing index, purge."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from django.core.checks import Error
+from django.core.management import call_command
 from django.test import override_settings
 
 from tslock_django import LockConfiguration
@@ -29,6 +31,7 @@ from .conftest import LOCAL_URL, PASSWORD, MakeProvider, require_local_redis
 from .server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
+MEMORY = "tslock_django.providers.memory.MemoryLockProvider"
 
 
 def config(name: str, at_most: str | float = "5m", at_least: str | float = 0) -> LockConfiguration:
@@ -121,7 +124,7 @@ def test_redis_url_keeps_redis_py_options_in_the_url() -> None:
 
 def test_system_check_reports_bad_options_without_the_password() -> None:
     bad = {
-        "default": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"},
+        "default": {"BACKEND": MEMORY},
         "cache": {
             "BACKEND": "tslock_django.providers.redis.RedisLockProvider",
             "OPTIONS": {"url": f"redis://:{PASSWORD}@host/db"},
@@ -389,3 +392,20 @@ def test_purge_deletes_only_records_expired_longer_than_asked(make_provider: Mak
         provider.purge(timedelta(0), batch_size=0)
     with pytest.raises(ValueError, match="negative"):
         provider.purge(timedelta(seconds=-1))
+
+
+def test_tslock_list_shows_redis_locks(key_prefix: str) -> None:
+    require_local_redis()
+    entry = parse_provider_url(f"{LOCAL_URL}?key_prefix={key_prefix}")
+    with override_settings(TSLOCK_PROVIDERS={"default": {"BACKEND": MEMORY}, "cache": entry}):
+        held = providers["cache"].lock(config("nightly-report"))
+        assert held is not None
+        out = io.StringIO()
+        call_command("tslock", "list", "--provider", "cache", "--json", stdout=out)
+    (row,) = json.loads(out.getvalue())
+    assert (row["provider"], row["name"], row["fencing_token"]) == (
+        "cache",
+        "nightly-report",
+        held.fencing_token,
+    )
+    assert row["token_fingerprint"] == held.record.token_fingerprint and held.token not in out.getvalue()

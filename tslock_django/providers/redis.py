@@ -63,8 +63,9 @@ class RedisLockProvider(LockProvider):
             password is never shown in a repr, a log line or an error message.
         cache: the alias of a ``CACHES`` entry using Django's ``RedisCache`` or
             django-redis: its redis-py client and connection pool are shared (the
-            cache's ``KEY_PREFIX`` does not apply; ``key_prefix`` does). The client's
-            own timeouts and retries apply.
+            cache's ``KEY_PREFIX`` does not apply; ``key_prefix`` does). The cache's
+            connection settings (``socket_timeout``...) apply; its retries do not: this
+            provider never sends a command twice.
         key_prefix: prepended to the few keys this provider writes (see
             ``redis_scripts``), so several projects can share one database. Default
             ``"tslock:"``.

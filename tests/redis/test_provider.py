@@ -114,6 +114,19 @@ def test_settings_url_builds_a_working_provider(key_prefix: str) -> None:
         assert held is not None and held.unlock()
 
 
+def test_env_reads_a_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tslock_django.env import Env
+
+    monkeypatch.setenv("TSLOCK_URL", f"rediss://:{PASSWORD}@cache.example:6380/1?timeout=2")
+    entry = Env().lock_provider_url("TSLOCK_URL")
+    assert entry["BACKEND"] == "tslock_django.providers.redis.RedisLockProvider"
+    assert entry["OPTIONS"] == {"url": f"rediss://:{PASSWORD}@cache.example:6380/1", "timeout": "2"}
+    monkeypatch.setenv("TSLOCK_URL", f"redis://:{PASSWORD}@/0")
+    with pytest.raises(InvalidLockProvider, match="TSLOCK_URL: redis:// needs a host") as caught:
+        Env().lock_provider_url("TSLOCK_URL")
+    assert PASSWORD not in str(caught.value)
+
+
 def test_redis_url_keeps_redis_py_options_in_the_url() -> None:
     entry = parse_provider_url(f"rediss://app:{PASSWORD}@h.example:6390/3?ssl_cert_reqs=none&key_prefix=a:")
     assert entry["OPTIONS"] == {

@@ -6,7 +6,8 @@ tslock provider built from the URL, so one connection, sent one command at a tim
 a free lock, under keys of this run's own prefix that are deleted afterwards:
 
 - ``tslock``: ``RedisLockProvider.lock()`` then ``SimpleLock.unlock()``: two scripts
-  (record, fencing counter and three index entries written on acquire);
+  (the acquire writes the record, the fencing counter and two index entries, the
+  unlock the record and one index entry);
 - ``raw``: the floor: ``SET key token NX PX 60000`` and a Lua compare-and-delete run by
   ``EVALSHA``;
 - ``redis-py Lock``: ``client.lock(name, timeout=60, blocking=False)`` acquire and release

@@ -15,6 +15,7 @@ imports only when a Redis provider is configured.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import secrets
@@ -381,7 +382,7 @@ class RedisLockProvider(LockProvider):
         # Cached: the scripts take it as JSON and it rarely changes.
         cached = self._locked_by_cache
         if cached[0] != self.locked_by:
-            cached = self._locked_by_cache = (self.locked_by, json.dumps(self.locked_by, ensure_ascii=False))
+            cached = self._locked_by_cache = (self.locked_by, _json_text(self.locked_by))
         return cached[1]
 
     # -- the primitives --------------------------------------------------------------
@@ -398,7 +399,7 @@ class RedisLockProvider(LockProvider):
                 _us(config.lock_at_least_for),
                 self.locked_by,
                 secrets.token_hex(16),
-                json.dumps(config.name, ensure_ascii=False),
+                _json_text(config.name),
                 self._locked_by_json(),
             ],
         )
@@ -530,6 +531,13 @@ class RedisLockProvider(LockProvider):
             deleted += count
             if count < batch:
                 return deleted
+
+
+@functools.lru_cache(maxsize=1024)
+def _json_text(text: str) -> str:
+    """``text`` as a JSON string (the scripts splice it into records); cached, as the
+    same few lock names come back again and again."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _pack(args: Sequence[object]) -> bytes:

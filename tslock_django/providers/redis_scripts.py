@@ -47,7 +47,7 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 -- A record is JSON in one fixed layout, built here by concatenation (cjson.encode costs
--- more than the rest of a script) and read back by one anchored pattern:
+-- more than the rest of a script) and read back with cjson.decode:
 -- {"u":"..","r":0,"l":"..","a":"..","f":"..","t":"..","n":<JSON>,"b":<JSON>}
 local function encode(u, r, l, a, f, t, n_json, b_json)
   return '{"u":"' .. u .. '","r":' .. r .. ',"l":"' .. l .. '","a":"' .. a .. '","f":"' .. f ..

@@ -47,7 +47,9 @@ class Lock(models.Model):
 class FencingMark(models.Model):
     """One row (``id = 1``): the highest fencing token of any row ``purge()`` has
     deleted. A name inserted afresh starts from ``mark + 1``, so a name that is purged
-    and locked again still gets a fencing token higher than any it had."""
+    and locked again still gets a fencing token higher than any it had. Migration 0004
+    creates the row; ``purge()`` puts it back if a ``flush`` emptied the table (which
+    also emptied ``tslock_lock``, so fresh names starting from 1 again is right)."""
 
     id = models.PositiveSmallIntegerField(primary_key=True)
     mark = models.BigIntegerField(default=0)

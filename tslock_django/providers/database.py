@@ -88,6 +88,10 @@ class _Dialect:
     def epoch_us(self, column: str) -> str:
         raise NotImplementedError
 
+    def insert_if_missing(self, table: str, columns: str, values: str) -> str:
+        """An INSERT of constant ``values`` that does nothing when the key exists."""
+        return f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING"
+
     def fold(self, column: str, letters: str) -> str:
         """``column`` with ASCII letters lower-cased (only ``letters`` need to be: the
         lower-case ASCII letters of the search) and every other character as it is:
@@ -134,6 +138,9 @@ class _MySQL(_Dialect):
 
     def epoch_us(self, column: str) -> str:
         return f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {column})"
+
+    def insert_if_missing(self, table: str, columns: str, values: str) -> str:
+        return f"INSERT IGNORE INTO {table} ({columns}) VALUES ({values})"
 
     def fold(self, column: str, letters: str) -> str:
         # LOWER() here follows Unicode ("É" -> "é", KELVIN SIGN -> "k"), and the binary
@@ -243,8 +250,10 @@ class _Statements:
         # A name new to the table starts above every fencing token purge() deleted. The
         # mark is read with a shared lock: a purge holds it exclusively from before it
         # deletes a row until it commits the raised mark, so this read waits for that
-        # and sees the new mark (a plain snapshot read could see the old one).
-        first_token = f"(SELECT mark + 1 FROM {FENCE_TABLE} WHERE id = 1{dialect.share_lock})"
+        # and sees the new mark (a plain snapshot read could see the old one). No row
+        # (a `manage.py flush` empties both tables) means nothing was purged since.
+        mark = f"(SELECT mark FROM {FENCE_TABLE} WHERE id = 1{dialect.share_lock})"
+        first_token = f"COALESCE({mark}, 0) + 1"
         insert = (
             f"INSERT INTO {TABLE} (name, lock_until, locked_at, locked_by, token, fencing_token) "
             f"VALUES (%s, {until}, {now}, %s, %s, {first_token})"
@@ -443,9 +452,7 @@ class DatabaseLockProvider(LockProvider):
                     # Neither updated nor inserted, yet no row: not "held" but a store
                     # that misbehaves; never report that as held.
                     raise LockProviderError(
-                        f"{what}: the row could neither be taken nor created (a new name takes its "
-                        f"first fencing token from the one row of {FENCE_TABLE}: is it missing?)",
-                        alias=self.alias,
+                        f"{what}: the row could neither be taken nor created", alias=self.alias
                     )
                 return holder
         if not rows:
@@ -677,6 +684,10 @@ class DatabaseLockProvider(LockProvider):
         return int(self._run(conn, what, sql, [cutoff], fetch=True)[1][0][0])
 
     def _purge_on(self, conn: BaseDatabaseWrapper, what: str, expired_for: timedelta, batch_size: int) -> int:
+        # The mark's row comes with migration 0004, but `manage.py flush` (and every
+        # transactional test) empties the table; fresh names then start from 1 again,
+        # which is right for an emptied lock table, and the purge puts the row back.
+        self._run(conn, what, self._dialect.insert_if_missing(FENCE_TABLE, "id, mark", "1, 0"), [])
         cutoff = self._purge_cutoff(conn, what, expired_for)
         deleted = 0
         while cutoff is not None:
@@ -711,9 +722,7 @@ class DatabaseLockProvider(LockProvider):
             locked = self._run(conn, what, f"UPDATE {FENCE_TABLE} SET mark = mark WHERE id = 1", [])[0]
             if locked != 1:
                 raise LockProviderError(
-                    f"{what}: table {FENCE_TABLE} has lost its one row (id 1), which keeps fencing "
-                    "tokens increasing across purges; restore it with a mark at least as high as any "
-                    "fencing token ever used before purging",
+                    f"{what}: the row of {FENCE_TABLE} was deleted while purging; purge again",
                     alias=self.alias,
                 )
             # Lock the rows and check the condition again: a lock taken since the names

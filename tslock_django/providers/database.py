@@ -707,10 +707,6 @@ class DatabaseLockProvider(LockProvider):
         return int(self._run(conn, what, sql, [cutoff], fetch=True)[1][0][0])
 
     def _purge_on(self, conn: BaseDatabaseWrapper, what: str, expired_for: timedelta, batch_size: int) -> int:
-        # The mark's row comes with migration 0004, but `manage.py flush` (and every
-        # transactional test) empties the table; fresh names then start from 1 again,
-        # which is right for an emptied lock table, and the purge puts the row back.
-        self._run(conn, what, self._dialect.insert_if_missing(FENCE_TABLE, "id, mark", "1, 0"), [])
         cutoff = self._purge_cutoff(conn, what, expired_for)
         deleted = 0
         while cutoff is not None:
@@ -742,12 +738,13 @@ class DatabaseLockProvider(LockProvider):
             # (which reads the mark with a shared lock) waits, so it cannot take a
             # token from the mark before the rows below are gone and the mark raised.
             # On SQLite this first write also takes the database's write lock.
-            locked = self._run(conn, what, f"UPDATE {FENCE_TABLE} SET mark = mark WHERE id = 1", [])[0]
-            if locked != 1:
-                raise LockProviderError(
-                    f"{what}: the row of {FENCE_TABLE} was deleted while purging; purge again",
-                    alias=self.alias,
-                )
+            take_mark = f"UPDATE {FENCE_TABLE} SET mark = mark WHERE id = 1"
+            if self._run(conn, what, take_mark, [])[0] != 1:
+                # Migration 0004 writes the row, but `manage.py flush` (and every
+                # transactional test) empties the table. Fresh names then start from 1,
+                # right for a lock table emptied too, and the first purge puts it back.
+                self._run(conn, what, self._dialect.insert_if_missing(FENCE_TABLE, "id, mark", "1, 0"), [])
+                self._run(conn, what, take_mark, [])
             # Lock the rows and check the condition again: a lock taken since the names
             # were chosen is no longer expired and stays.
             select = f"SELECT name, fencing_token FROM {TABLE} WHERE name IN ({some}) AND {expired}"

@@ -20,6 +20,7 @@ from tslock_django import LockConfiguration, LockProviderError, MutableClock
 from tslock_django.core.query import ALL_STATES, CURRENT_STATES, ORDERS, LockQuery, record_state
 from tslock_django.core.records import LockRecord
 from tslock_django.models import FencingMark
+from tslock_django.providers import database
 from tslock_django.providers.database import MAX_PURGE_BATCH, DatabaseLockProvider, _prefix_end
 from tslock_django.providers.epoch import to_epoch_us
 
@@ -222,6 +223,30 @@ class QueryBehaviour:
                         back[:0] = page.records
                         cursor = page.previous_cursor
                     assert [r.name for r in back] == [r.name for p in pages[:-1] for r in p.records]
+
+    # -- totals ----------------------------------------------------------------------------
+
+    def test_totals_are_exact_up_to_the_cap(
+        self, provider: DatabaseLockProvider, clock: MutableClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(database, "COUNT_CAP", 5)
+        for i in range(7):
+            self.lock(provider, f"n/{i}", "1s" if i < 2 else "1h")
+        clock.advance("10s")  # n/0 and n/1 expire
+
+        def total(**asked: Any) -> int | None:
+            first = provider.query(LockQuery(limit=2, **asked))
+            later = provider.query(LockQuery(limit=2, cursor=first.next_cursor, **asked))
+            assert later.total == first.total, "every page of a query gives the same total"
+            return first.total
+
+        assert total(prefix="n/") == 5, "the current locks"
+        assert total(prefix="n/", states=ALL_STATES) is None, "7 records: over the cap of 5"
+        assert total(prefix="n/", states=frozenset({"expired"})) == 2
+        assert total(prefix="n/", search="N/") == 5, "a search among current locks is counted"
+        assert total(prefix="n/", search="/", states=ALL_STATES) is None, "a search over expired ones is not"
+        whole = provider.query(LockQuery(prefix="n/1", search="1", states=ALL_STATES))
+        assert whole.total == 1, "a first page that holds the whole answer counts it anyway"
 
     # -- inside the caller's transaction ----------------------------------------------------
 

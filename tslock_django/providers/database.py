@@ -57,6 +57,9 @@ FENCE_TABLE = "tslock_fence"
 #: The most rows one purge transaction deletes: its names are parameters, and SQLite
 #: builds before 3.32 take at most 999 of those.
 MAX_PURGE_BATCH = 900
+#: Listings count their records (``LockPage.total``) up to this many; beyond it, a
+#: count would read more rows than a page is worth, and the total is ``None``.
+COUNT_CAP = 10_000
 #: The character that escapes ``%``, ``_`` and itself in LIKE patterns: not a
 #: backslash, which MySQL also reads as an escape inside string literals.
 LIKE_ESCAPE = "!"
@@ -332,7 +335,7 @@ class DatabaseLockProvider(LockProvider):
     guarantee: ClassVar = "strong"
     default_options: ClassVar[dict[str, Any]] = {"using": "default", "use_db_time": True}
     max_key_bytes: ClassVar[int] = 255
-    listing: ClassVar[ListingSupport] = ListingSupport(total=False)
+    listing: ClassVar[ListingSupport] = ListingSupport(total=True)
 
     def __init__(self, alias: str = "default", **kwargs: Any) -> None:
         super().__init__(alias, **kwargs)
@@ -566,13 +569,34 @@ class DatabaseLockProvider(LockProvider):
 
     def _query(self, query: LockQuery, after: object | None) -> StorePage:
         if _unmatchable(query.prefix) or _unmatchable(query.search):
-            return StorePage(records=[], more=False)
+            return StorePage(records=[], more=False, total=0)
+        what = "list locks"
         sql, params = self._page_statement(query, after)
-        rows = self._reading(
-            "list locks", lambda conn: self._run(conn, "list locks", sql, params, fetch=True)[1]
-        )
+
+        def read(conn: BaseDatabaseWrapper) -> tuple[list[Any], int | None]:
+            rows = self._run(conn, what, sql, params, fetch=True)[1]
+            if after is None and len(rows) <= query.limit:
+                return rows, len(rows)  # the whole answer is in hand
+            count = self._count_statement(query)
+            if count is None:
+                return rows, None
+            counted = int(self._run(conn, what, *count, fetch=True)[1][0][0])
+            return rows, counted if counted <= COUNT_CAP else None
+
+        rows, total = self._reading(what, read)
         records = [self._record(row) for row in rows[: query.limit]]
-        return StorePage(records=records, more=len(rows) > query.limit)
+        return StorePage(records=records, more=len(rows) > query.limit, total=total)
+
+    def _count_statement(self, query: LockQuery) -> tuple[str, list[Any]] | None:
+        """A count of ``query``'s records that reads at most ``COUNT_CAP + 1`` of
+        them (a larger answer is no total), or ``None`` where even that could read
+        the whole table: a search over expired records, which no index narrows
+        (expired names are nearly all of a large table)."""
+        if query.search and "expired" in query.states:
+            return None
+        where, params = self._filters(query)
+        matching = f"SELECT 1 FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
+        return f"SELECT COUNT(*) FROM ({matching} LIMIT {COUNT_CAP + 1}) AS matching", params
 
     def _page_statement(self, query: LockQuery, after: object | None) -> tuple[str, list[Any]]:
         """The one SELECT of a page: ``query``'s filters, the keyset after ``after``,

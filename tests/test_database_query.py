@@ -434,9 +434,62 @@ class TestSQLite(QueryBehaviour):
     one_writer = True
 
 
-class TestPostgreSQL(QueryBehaviour):
+class WaitsForThePurge:
+    """On servers with row locks, a fresh name's INSERT reads the fencing mark with a
+    shared lock, so it waits for a purge batch in progress and starts above the mark
+    that batch commits (a snapshot read would not wait and would see the old mark, so
+    the token would be 1). SQLite has one writer: the INSERT cannot run during a purge
+    transaction at all."""
+
+    using: str
+    blocked_sql: str
+
+    def test_a_fresh_name_waits_for_a_purge_batch_and_starts_above_its_mark(self) -> None:
+        provider = DatabaseLockProvider("dbq", using=self.using)
+        FencingMark.objects.using(self.using).get_or_create(id=1, defaults={"mark": 0})
+        outcome: dict[str, Any] = {}
+
+        def acquire() -> None:
+            try:
+                outcome["held"] = provider.lock(LockConfiguration("w/fresh", "1m"))
+            finally:
+                connections.close_all()
+
+        observer = connections.create_connection(self.using)
+        thread = threading.Thread(target=acquire)
+        try:
+            with transaction.atomic(using=self.using):
+                with connections[self.using].cursor() as cursor:
+                    # What a purge batch does first: take the mark's row.
+                    cursor.execute("UPDATE tslock_fence SET mark = mark WHERE id = 1")
+                thread.start()
+                deadline = threading.Event()
+                for _ in range(1000):
+                    with observer.cursor() as watch:
+                        watch.execute(self.blocked_sql)
+                        if watch.fetchone()[0]:
+                            break
+                    deadline.wait(0.01)
+                else:
+                    pytest.fail(
+                        f"the fresh name's INSERT never waited for the purge's transaction: {outcome}"
+                    )
+                with connections[self.using].cursor() as cursor:
+                    cursor.execute("UPDATE tslock_fence SET mark = 41 WHERE id = 1")
+            thread.join(30)
+        finally:
+            observer.close()
+        assert not thread.is_alive()
+        assert outcome["held"] is not None and outcome["held"].fencing_token == 42
+
+
+class TestPostgreSQL(WaitsForThePurge, QueryBehaviour):
     using = "postgres"
     pytestmark = database_marks("postgres", "PostgreSQL at 127.0.0.1:5432")
+    blocked_sql = (
+        "SELECT COUNT(*) FROM pg_stat_activity "
+        "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
 
     def test_names_have_the_c_collation(self) -> None:
         with connections[self.using].cursor() as cursor:
@@ -470,6 +523,11 @@ class TestPostgreSQL(QueryBehaviour):
         assert in_english != listed
 
 
-class TestMariaDB(QueryBehaviour):
+class TestMariaDB(WaitsForThePurge, QueryBehaviour):
     using = "mariadb"
     pytestmark = database_marks("mariadb", "MariaDB at 127.0.0.1:3306")
+    # The wait happens while the optimizer reads the mark's row (a constant), before
+    # InnoDB lists the INSERT's transaction; a running INSERT is what can be seen.
+    blocked_sql = (
+        "SELECT COUNT(*) FROM information_schema.processlist WHERE info LIKE 'INSERT INTO tslock_lock%%'"
+    )

@@ -270,6 +270,24 @@ class QueryBehaviour:
             transaction.set_autocommit(True, using=self.using)
         assert [r.name for r in records] == ["off/a"]
 
+    def test_a_failed_query_with_autocommit_off_keeps_the_callers_work(
+        self, provider: DatabaseLockProvider, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(
+            provider, "_page_statement", lambda query, after: ("SELECT nothing FROM nowhere", [])
+        )
+        connection = connections[self.using]
+        transaction.set_autocommit(False, using=self.using)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("INSERT INTO tslock_fence (id, mark) VALUES (7, 7)")
+            with pytest.raises(LockProviderError, match="list locks"):
+                provider.query(LockQuery())
+            transaction.commit(using=self.using)
+        finally:
+            transaction.set_autocommit(True, using=self.using)
+        assert FencingMark.objects.using(self.using).filter(id=7, mark=7).exists()
+
     def test_a_failed_query_leaves_the_callers_transaction_usable(
         self, provider: DatabaseLockProvider
     ) -> None:

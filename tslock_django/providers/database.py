@@ -11,8 +11,10 @@ grow across a purge.
 
 A listing is one ``SELECT`` per page: a range on the primary key for a prefix, ``LIKE``
 for a substring, the states as comparisons with "now", a keyset on ``(key, name)`` and
-``LIMIT limit + 1``, never ``OFFSET``; the indexes of migration 0003 serve the time
-orders. Names compare in code point order on every database (a binary collation).
+``LIMIT limit + 1``, never ``OFFSET``; the indexes of migration 0003 serve the current
+locks and the time orders. When that page is not the whole answer, a second ``SELECT``
+counts the records up to ``COUNT_CAP`` for ``LockPage.total``. Names compare in code
+point order on every database (a binary collation; "C" on PostgreSQL, migration 0002).
 
 Times cross the Python/SQL boundary as integer microseconds since the Unix epoch,
 converted in SQL, never through Django's datetime adapters: those depend on
@@ -607,7 +609,7 @@ class DatabaseLockProvider(LockProvider):
         column = query.order  # "name", "lock_until" or "locked_at": column names
         if after is not None:
             key, name = query.keyset(after)
-            if isinstance(key, str):
+            if isinstance(key, str):  # order by name: the key is the name
                 where.append(f"name {beyond} %s")
                 params.append(name)
             else:
@@ -655,14 +657,16 @@ class DatabaseLockProvider(LockProvider):
         of the transaction's snapshot), which is what a listing (the admin page under
         ATOMIC_REQUESTS) may show."""
         shared = connections[self.using]
+        inside = False
         try:
-            # Inside a transaction, a savepoint keeps a failed SELECT from poisoning it
-            # (PostgreSQL aborts the whole transaction on any error).
+            # Inside a transaction (atomic, or autocommit off), a savepoint keeps a
+            # failed SELECT from poisoning it (PostgreSQL aborts the whole transaction
+            # on any error).
             inside = shared.in_atomic_block or not shared.get_autocommit()
             with transaction.atomic(using=self.using) if inside else nullcontext():
                 return operation(shared)
         except DatabaseError as err:  # connecting, or the savepoint's own statements
-            if not shared.in_atomic_block:
+            if not inside:  # never close a connection in the middle of the caller's transaction
                 shared.close_if_unusable_or_obsolete()
             raise self._failure(what, err) from err
 

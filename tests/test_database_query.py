@@ -368,6 +368,19 @@ class QueryBehaviour:
         assert provider.purge(timedelta(0), batch_size=2) == 5
         assert self.names(provider, "p/") == []
 
+    def test_a_batch_with_more_names_than_one_statement_takes(
+        self, provider: DatabaseLockProvider, clock: MutableClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(database, "_NAMES_PER_STATEMENT", 2)
+        tokens = {}
+        for i in range(5):
+            tokens[f"p/{i}"] = self.lock(provider, f"p/{i}", "1s").fencing_token
+        self.lock(provider, "p/z-held", "1h")
+        clock.advance("1m")
+        assert provider.purge(timedelta(0), batch_size=5) == 5
+        assert self.names(provider, "p/") == ["p/z-held"]
+        assert self.lock(provider, "p/0", "1s").fencing_token > max(tokens.values())
+
     def test_a_row_taken_between_select_and_delete_survives(
         self, provider: DatabaseLockProvider, clock: MutableClock
     ) -> None:

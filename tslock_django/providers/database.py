@@ -56,9 +56,12 @@ T = TypeVar("T")
 
 TABLE = "tslock_lock"
 FENCE_TABLE = "tslock_fence"
-#: The most rows one purge transaction deletes: its names are parameters, and SQLite
-#: builds before 3.32 take at most 999 of those.
-MAX_PURGE_BATCH = 900
+#: The most rows one purge transaction may delete (``batch_size``); a batch holds
+#: row locks until it commits, so it should stay short.
+MAX_PURGE_BATCH = 10_000
+#: Names per statement within a batch: they are parameters, and SQLite before 3.32
+#: takes at most 999 of those.
+_NAMES_PER_STATEMENT = 900
 #: Listings count their records (``LockPage.total``) up to this many; beyond it, a
 #: count would read more rows than a page is worth, and the total is ``None``.
 COUNT_CAP = 10_000
@@ -760,7 +763,21 @@ class DatabaseLockProvider(LockProvider):
         """Delete those of ``names`` still expired at ``cutoff``, in one transaction that
         first raises the fencing mark to their highest token; returns how many."""
         expired = f"lock_until <= {self._dialect.instant()}"
-        some = ", ".join(["%s"] * len(names))
+
+        def each_part(
+            statement: Callable[[str], str], of: list[str], *, fetch: bool = False
+        ) -> tuple[int, list[Any]]:
+            """Run ``statement(placeholders)`` over ``of`` in parts: the names are
+            parameters, and SQLite before 3.32 takes at most 999 of those."""
+            count, rows = 0, list[Any]()
+            for start in range(0, len(of), _NAMES_PER_STATEMENT):
+                part = of[start : start + _NAMES_PER_STATEMENT]
+                sql = statement(", ".join(["%s"] * len(part)))
+                done = self._run(conn, what, sql, [*part, cutoff], fetch=fetch)
+                count += done[0]
+                rows.extend(done[1])
+            return count, rows
+
         with self._transaction(conn, what):
             # The mark's row first: while this transaction holds it, a fresh INSERT
             # (which reads the mark with a shared lock) waits, so it cannot take a
@@ -775,8 +792,14 @@ class DatabaseLockProvider(LockProvider):
                 self._run(conn, what, take_mark, [])
             # Lock the rows and check the condition again: a lock taken since the names
             # were chosen is no longer expired and stays.
-            select = f"SELECT name, fencing_token FROM {TABLE} WHERE name IN ({some}) AND {expired}"
-            rows = self._run(conn, what, select + self._dialect.update_lock, [*names, cutoff], fetch=True)[1]
+            lock = self._dialect.update_lock
+            rows = each_part(
+                lambda some: (
+                    f"SELECT name, fencing_token FROM {TABLE} WHERE name IN ({some}) AND {expired}{lock}"
+                ),
+                names,
+                fetch=True,
+            )[1]
             if not rows:
                 return 0
             top = max(int(row[1]) for row in rows)
@@ -784,9 +807,9 @@ class DatabaseLockProvider(LockProvider):
                 conn, what, f"UPDATE {FENCE_TABLE} SET mark = %s WHERE id = 1 AND mark < %s", [top, top]
             )
             doomed = [row[0] for row in rows]
-            some = ", ".join(["%s"] * len(doomed))
-            delete = f"DELETE FROM {TABLE} WHERE name IN ({some}) AND {expired}"
-            return self._run(conn, what, delete, [*doomed, cutoff])[0]
+            return each_part(
+                lambda some: f"DELETE FROM {TABLE} WHERE name IN ({some}) AND {expired}", doomed
+            )[0]
 
     @contextmanager
     def _transaction(self, conn: BaseDatabaseWrapper, what: str) -> Iterator[None]:

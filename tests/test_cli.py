@@ -455,6 +455,7 @@ def test_purge_store_failure_is_exit_status_1(settings: Any) -> None:
         (["--expired-for", "soon"], r"cannot read 'soon' as a duration; use seconds"),
         (["--expired-for=-3d"], "must not be negative"),
         (["--expired-for", "30d", "--batch-size", "0"], "--batch-size: must be a whole number"),
+        (["--expired-for", "30d", "--batch-size", "10001"], "--batch-size: must be at most 10,000"),
         (["--expired-for", "30d", "--provider", "zz"], "no lock provider 'zz'"),
     ],
 )

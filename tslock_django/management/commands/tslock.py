@@ -104,6 +104,19 @@ def _positive(text: str) -> int:
     return value
 
 
+#: The largest --batch-size: one purge transaction must stay short.
+MAX_BATCH = 10_000
+
+
+def _batch_size(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_BATCH:,} (one short transaction), got {text!r}"
+        )
+    return value
+
+
 def _age(text: str) -> timedelta:
     try:
         return parse_duration(text, field="--expired-for")
@@ -200,9 +213,9 @@ class Command(BaseCommand):
         )
         purge.add_argument(
             "--batch-size",
-            type=_positive,
+            type=_batch_size,
             default=500,
-            help="Records deleted per statement or request (default 500).",
+            help=f"Records deleted per transaction or request, 1 to {MAX_BATCH:,} (default 500).",
         )
 
         worker = sub.add_parser(
@@ -397,6 +410,10 @@ class Command(BaseCommand):
                 count = store.purge(expired_for, dry_run=dry_run, batch_size=batch_size)
             except NotImplementedError as err:
                 self.stdout.write(f"{alias}: nothing to purge: {err}")
+                continue
+            except ValueError as err:  # an option this store does not accept
+                failures += 1
+                self.stderr.write(f"{alias}: purge refused: {err}")
                 continue
             except (InvalidLockProvider, LockProviderError) as err:
                 failures += 1

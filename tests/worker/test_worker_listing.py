@@ -277,36 +277,35 @@ def test_a_page_of_a_thousand(api: httpx.Client) -> None:
 # -- an index written by the previous release -----------------------------------------------
 
 
+def client(worker: LocalWorker) -> httpx.Client:
+    return httpx.Client(base_url=worker.url, headers={"Authorization": f"Bearer {worker.token}"}, timeout=10)
+
+
 def test_an_index_of_the_previous_release_is_upgraded_in_place(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    token = "upgrade-secret"
-    with LocalWorker(token=token, persist_dir=state, script=OLD_WORKER) as old:
-        with httpx.Client(base_url=old.url, headers={"Authorization": f"Bearer {token}"}) as api:
-            held = acquire(api, "up/held", at_most=120_000)["record"]
-            kept = acquire(api, "up/kept", at_most=90_000, at_least=60_000)["record"]
-            api.post("/v1/unlock", json={"name": "up/kept", "token": kept["token"]})
-            acquire(api, "up/short", at_most=200)
-            gone = acquire(api, "up/gone", at_most=60_000)["record"]
-            api.post("/v1/unlock", json={"name": "up/gone", "token": gone["token"]})
-            time.sleep(0.4)
-            assert "more" not in query(api, prefix="up/"), "the fixture must be the old Worker"
-    with LocalWorker(token=token, persist_dir=state) as new:
-        with httpx.Client(base_url=new.url, headers={"Authorization": f"Bearer {token}"}) as api:
-            assert names(api, prefix="up/") == ["up/held", "up/kept"]
-            # The new columns were filled from the stored records.
-            assert names(api, prefix="up/", states="held") == ["up/held"]
-            assert names(api, prefix="up/", states="at_least") == ["up/kept"]
-            by_start = query(api, prefix="up/", order="locked_at")["locks"]
-            assert [r["locked_at_ms"] for r in by_start] == sorted(
-                [held["locked_at_ms"], kept["locked_at_ms"]]
-            )
-            assert names(api, prefix="up/", order="lock_until") == ["up/kept", "up/held"]
-            walked = walk(api, "locked_at", False, 1, prefix="up/")
-            assert [r["name"] for r in walked] == [r["name"] for r in by_start]
-            # And it keeps working: a new lock, and a lock of the old release released now.
-            acquire(api, "up/new", at_most=30_000)
-            api.post("/v1/unlock", json={"name": "up/held", "token": held["token"]})
-            assert names(api, prefix="up/", order="lock_until") == ["up/new", "up/kept"]
-        new.restart()
-        with httpx.Client(base_url=new.url, headers={"Authorization": f"Bearer {token}"}) as api:
-            assert names(api, prefix="up/") == ["up/kept", "up/new"], "a second start changes nothing"
+    with LocalWorker(persist_dir=state, script=OLD_WORKER) as old, client(old) as api:
+        held = acquire(api, "up/held", at_most=120_000)["record"]
+        kept = acquire(api, "up/kept", at_most=90_000, at_least=60_000)["record"]
+        api.post("/v1/unlock", json={"name": "up/kept", "token": kept["token"]})
+        acquire(api, "up/short", at_most=200)
+        gone = acquire(api, "up/gone", at_most=60_000)["record"]
+        api.post("/v1/unlock", json={"name": "up/gone", "token": gone["token"]})
+        time.sleep(0.4)
+        assert "more" not in query(api, prefix="up/"), "the fixture must be the old Worker"
+    new = LocalWorker(token=old.token, persist_dir=state)
+    with new, client(new) as api:
+        assert names(api, prefix="up/") == ["up/held", "up/kept"]
+        # The new columns were filled from the stored records.
+        assert names(api, prefix="up/", states="held") == ["up/held"]
+        assert names(api, prefix="up/", states="at_least") == ["up/kept"]
+        by_start = query(api, prefix="up/", order="locked_at")["locks"]
+        assert [r["locked_at_ms"] for r in by_start] == sorted([held["locked_at_ms"], kept["locked_at_ms"]])
+        walked = walk(api, "locked_at", False, 1, prefix="up/")
+        assert [r["name"] for r in walked] == [r["name"] for r in by_start]
+        assert names(api, prefix="up/", order="lock_until") == ["up/kept", "up/held"]
+        # And it keeps working: a new lock, and a lock of the old release released now.
+        acquire(api, "up/new", at_most=30_000)
+        api.post("/v1/unlock", json={"name": "up/held", "token": held["token"]})
+        assert names(api, prefix="up/", order="lock_until") == ["up/new", "up/kept"]
+    with new, client(new) as api:
+        assert names(api, prefix="up/") == ["up/kept", "up/new"], "a second start changes nothing"

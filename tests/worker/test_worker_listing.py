@@ -4,6 +4,7 @@ code points, search, states, and an index written by the previous release."""
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.export import WORKER_DIR
 
 OLD_WORKER = Path(__file__).parent / "fixtures" / "index_before_queries.js"
 
@@ -272,6 +274,48 @@ def test_a_page_of_a_thousand(api: httpx.Client) -> None:
     last = full["locks"][-1]["name"]
     rest = query(api, prefix=prefix, limit=1000, after_key=last, after_name=last)
     assert [r["name"] for r in rest["locks"]] == [f"{prefix}1000"] and rest["more"] is False
+
+
+# -- the index is used: ranges and ordered walks, never a table scan or a sort --------------
+
+PLAN_PROBE = Path(__file__).parent / "fixtures" / "plan_probe.js"
+
+
+@pytest.fixture(scope="module")
+def planner(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A client of the shipped Worker whose index answers with SQLite's query plan."""
+    folder = tmp_path_factory.mktemp("plan")
+    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
+    shutil.copy(PLAN_PROBE, folder / "probe.js")
+    with LocalWorker(script=folder / "probe.js") as worker, client(worker) as api:
+        yield api
+
+
+PLANNED: list[dict[str, Any]] = [
+    {},
+    {"prefix": "t:"},
+    {"prefix": "t:", "desc": 1, "after_key": "t:b", "after_name": "t:b"},
+    {"prefix": "t:", "search": "x", "search_skip": 2, "states": "held"},
+    {"order": "lock_until"},
+    {"order": "lock_until", "prefix": "t:", "desc": 1},
+    {"order": "lock_until", "prefix": "t:", "after_key": 5, "after_name": "t:b"},
+    {"order": "locked_at", "prefix": "t:", "states": "at_least"},
+    {"order": "locked_at", "desc": 1, "after_key": 5, "after_name": "t:b"},
+    {"prefix": "\U0010ffff"},
+]
+
+
+@pytest.mark.parametrize("params", PLANNED, ids=lambda p: "&".join(f"{k}={v}" for k, v in p.items()) or "all")
+def test_every_query_walks_an_index_in_order(planner: httpx.Client, params: dict[str, Any]) -> None:
+    plan: list[str] = query(planner, **params)["locks"]
+    assert plan, "the probe answers with the plan"
+    assert all("INDEX" in step for step in plan), f"a table scan: {plan}"
+    assert not any("TEMP B-TREE" in step for step in plan), f"a sort of every matching row: {plan}"
+    order = params.get("order", "name")
+    index = "sqlite_autoindex_locks_1" if order == "name" else f"locks_by_{order}"
+    assert index in plan[0]
+    if order == "name" and params.get("prefix") == "t:":
+        assert "name>? AND name<?" in plan[0], "a prefix is a bounded range"
 
 
 # -- an index written by the previous release -----------------------------------------------

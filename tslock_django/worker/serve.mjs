@@ -40,6 +40,8 @@ const mf = new Miniflare({
   scriptPath: script,
   // Module names are paths from here; a --script elsewhere must not need "..".
   modulesRoot: dirname(script),
+  // As wrangler does: every .js module of the Worker is an ES module.
+  modulesRules: [{ type: "ESModule", include: ["**/*.js"] }],
   compatibilityDate: COMPATIBILITY_DATE,
   // Without this Miniflare fetches request.cf data from Cloudflare at start-up.
   cf: false,

@@ -14,6 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tslock_django import LockConfiguration
+from tslock_django.core.query import LockQuery
+from tslock_django.exceptions import LockProviderError
+from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 from tslock_django.testing.worker_runtime import LocalWorker
 from tslock_django.worker.export import WORKER_DIR
 
@@ -353,3 +357,17 @@ def test_an_index_of_the_previous_release_is_upgraded_in_place(tmp_path: Path) -
         assert names(api, prefix="up/", order="lock_until") == ["up/new", "up/kept"]
     with new, client(new) as api:
         assert names(api, prefix="up/") == ["up/kept", "up/new"], "a second start changes nothing"
+
+
+def test_an_app_upgraded_before_its_worker_is_told_to_redeploy(tmp_path: Path) -> None:
+    with LocalWorker(script=OLD_WORKER) as old:
+        provider = DurableObjectLockProvider("edge", url=old.url, token=old.token, key_prefix="app:")
+        try:
+            held = provider.lock(LockConfiguration("job", "1m"))
+            assert held is not None, "taking a lock works against the previous release"
+            with pytest.raises(LockProviderError, match="deploy the Worker of this") as caught:
+                provider.query(LockQuery(order="lock_until"))
+            assert caught.value.alias == "edge"
+            assert held.unlock() is True
+        finally:
+            provider.close()

@@ -480,6 +480,12 @@ def test_a_microsecond_key_between_milliseconds_maps_exactly(descending: bool) -
     assert provider._worker_position(query, (5_000_000, "x")) == {"after_key": 5000, "after_name": "x"}
 
 
+def test_a_prefix_or_search_longer_than_any_name_matches_nothing_without_a_request() -> None:
+    provider = mock_provider(lambda r: httpx.Response(500))
+    assert provider.query(LockQuery(prefix="é" * 257)).records == []
+    assert provider.query(LockQuery(search="x" * 513)).next_cursor is None
+
+
 def test_expired_is_dropped_with_a_note_not_sent_to_the_worker() -> None:
     seen: list[httpx.QueryParams] = []
 

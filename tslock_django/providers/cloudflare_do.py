@@ -300,6 +300,8 @@ class DurableObjectLockProvider(LockProvider):
         # GET /v1/locks notes in worker/index.js); everything it answers is checked here.
         what = f"list locks with prefix {query.prefix!r}"
         key_prefix = str(self.options["key_prefix"])
+        if max(len((key_prefix + query.prefix).encode()), len(query.search.encode())) > self.max_key_bytes:
+            return StorePage(records=[], more=False)  # longer than any name: nothing matches
         params: dict[str, Any] = {
             "prefix": key_prefix + query.prefix,
             "states": ",".join(s for s in ("held", "at_least") if s in query.states),
@@ -349,7 +351,7 @@ class DurableObjectLockProvider(LockProvider):
         """The Worker's ``after_key`` / ``after_name`` for keyset ``mark``. Names gain the
         key prefix; time keys go from microseconds (cursors) to the Worker's whole
         milliseconds, exactly: records hold whole milliseconds, and a key between two
-        of them becomes "every name at the next millisecond up (down)"."""
+        of them becomes the next whole millisecond with the empty name."""
         key_prefix = str(self.options["key_prefix"])
         key, name = mark
         if isinstance(key, str):

@@ -232,7 +232,7 @@ function parseListing(params) {
     }
   }
 
-  const query = {
+  return {
     prefix,
     upper: prefix === "" ? null : prefixUpperBound(prefix),
     search: foldAscii(search),
@@ -244,7 +244,6 @@ function parseListing(params) {
     limit,
     after: parseAfter(params, order),
   };
-  return query;
 }
 
 function parseAfter(params, order) {

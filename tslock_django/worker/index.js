@@ -333,11 +333,32 @@ function indexObject(env) {
   return env.LOCK_INDEX.get(env.LOCK_INDEX.idFromName(INDEX_OBJECT_NAME));
 }
 
+// An answer given without reading a small request body can make the runtime reset the
+// connection, and the client's next request on it (keep-alive) then fails as a network
+// error instead of getting its own answer; so such a body is read and dropped. Large or
+// unsized ones are left alone: a refused caller gets no more of the Worker's time.
+const DISCARDED_BODY_LIMIT = 64 * 1024;
+
+async function discardBody(request) {
+  const size = Number(request.headers.get("content-length") || 0);
+  if (size > 0 && size <= DISCARDED_BODY_LIMIT) {
+    try {
+      await request.arrayBuffer();
+    } catch {
+      // The client went away; nothing to answer.
+    }
+  }
+}
+
 async function route(request, env) {
   const url = new URL(request.url);
   const method = ROUTES[url.pathname];
-  if (method === undefined) return reply(404, { error: `no route ${url.pathname}` });
+  if (method === undefined) {
+    await discardBody(request);
+    return reply(404, { error: `no route ${url.pathname}` });
+  }
   if (request.method !== method) {
+    await discardBody(request);
     const answer = reply(405, { error: `${url.pathname} accepts ${method} only` });
     answer.headers.set("allow", method);
     return answer;
@@ -345,7 +366,10 @@ async function route(request, env) {
   if (url.pathname === "/v1/health") return reply(200, { ok: true, version: PROTOCOL_VERSION });
 
   const refused = await checkAuth(request, env);
-  if (refused) return refused;
+  if (refused) {
+    await discardBody(request);
+    return refused;
+  }
 
   if (url.pathname === "/v1/locks") {
     const query = parseListing(url.searchParams);

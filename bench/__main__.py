@@ -101,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
             report["do"] = dobench.run(rounds, seconds)
     if "kv" in sections:
-        from bench import kvbench
-
-        report["kv"] = kvbench.run()
+        report["kv"] = child("bench.kvbench")
     if "admin" in sections:
         print("admin Locks page ...", file=sys.stderr, flush=True)
         report["admin"] = child("bench.adminbench", "1000,10000", "3" if args.quick else "9")

@@ -50,6 +50,7 @@ def test_the_bundle_holds_the_shipped_worker_and_a_valid_config(tmp_path: Path) 
     assert "npx wrangler deploy" in deploy
     assert "cloudflare-do://" in deploy
     assert "acme-locks" in deploy
+    assert "deploy this folder's Worker first" in deploy, "the upgrade order is part of the notes"
 
 
 def test_the_classes_the_config_names_are_exported_by_the_worker() -> None:

@@ -42,6 +42,8 @@ class LocalWorker:
             :meth:`restart` and new ``LocalWorker`` instances); in memory by default.
         start_timeout: seconds to wait for the ``READY`` line.
         install: run ``npm ci`` when ``node_modules`` is missing.
+        script: run this Worker module instead of the shipped ``index.js``, with the
+            same bindings (tests start an older release of the Worker this way).
 
     Attributes:
         url: the base URL (``http://127.0.0.1:PORT``), set while running.
@@ -55,11 +57,13 @@ class LocalWorker:
         persist_dir: str | os.PathLike[str] | None = None,
         start_timeout: float = 30.0,
         install: bool = True,
+        script: str | os.PathLike[str] | None = None,
     ) -> None:
         self.token = secrets.token_urlsafe(24) if token is None else token
         self.persist_dir = Path(persist_dir) if persist_dir is not None else None
         self.start_timeout = start_timeout
         self.install = install
+        self.script = Path(script).resolve() if script is not None else None
         self.url = ""
         self._process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
@@ -99,6 +103,8 @@ class LocalWorker:
         if self.persist_dir is not None:
             self.persist_dir.mkdir(parents=True, exist_ok=True)
             command += ["--persist", str(self.persist_dir)]
+        if self.script is not None:
+            command += ["--script", str(self.script)]
         self._output.clear()
         process = subprocess.Popen(
             command,

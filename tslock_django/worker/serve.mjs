@@ -1,14 +1,15 @@
 // Runs the tslock Worker on the real Workers runtime (workerd, through Miniflare's Node
 // API) on 127.0.0.1, for tests and the local demo. Offline; no Cloudflare account needed.
 //
-//   node serve.mjs [--persist DIR] [--token SECRET] [--port N]
+//   node serve.mjs [--persist DIR] [--token SECRET] [--port N] [--script FILE]
 //
 // The bearer secret comes from --token or the TSLOCK_TOKEN environment variable; with
 // neither, the Worker runs without one and answers 500 (as a deployment without the
 // wrangler secret would). Prints exactly one line, "READY <url>", once requests can be
-// served, and stops cleanly on SIGTERM or SIGINT.
+// served, and stops cleanly on SIGTERM or SIGINT. --script runs another Worker module in
+// place of index.js with the same bindings (tests use it to start an older release).
 
-import { dirname, join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { Miniflare } from "miniflare";
@@ -22,6 +23,7 @@ const { values } = parseArgs({
     persist: { type: "string" },
     token: { type: "string" },
     port: { type: "string", default: "0" },
+    script: { type: "string" },
   },
 });
 
@@ -32,9 +34,14 @@ if (!Number.isInteger(port) || port < 0 || port > 65535) {
   process.exit(2);
 }
 
+const script = values.script ? resolve(values.script) : join(here, "index.js");
 const mf = new Miniflare({
   modules: true,
-  scriptPath: join(here, "index.js"),
+  scriptPath: script,
+  // Module names are paths from here; a --script elsewhere must not need "..".
+  modulesRoot: dirname(script),
+  // As wrangler does: every .js module of the Worker is an ES module.
+  modulesRules: [{ type: "ESModule", include: ["**/*.js"] }],
   compatibilityDate: COMPATIBILITY_DATE,
   // Without this Miniflare fetches request.cf data from Cloudflare at start-up.
   cf: false,

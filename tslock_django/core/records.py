@@ -54,7 +54,14 @@ class LockRecord:
         return "held_for_at_least" if self.released else "held"
 
 
+def token_digest(token: str) -> str:
+    """The token's SHA-256 in lowercase hex (64 characters): what the database provider
+    stores instead of the token, so that reading the table or its SQL log does not give
+    the power to unlock or extend someone else's holding."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 def fingerprint(token: str) -> str:
-    """The first 8 hex digits of the token's SHA-256: enough to tell holders apart on a
-    page, useless for taking the lock over."""
-    return hashlib.sha256(token.encode()).hexdigest()[:8]
+    """The first 8 hex digits of the token's SHA-256 (:func:`token_digest`): enough to
+    tell holders apart on a page, useless for taking the lock over."""
+    return token_digest(token)[:8]

@@ -46,7 +46,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ALL_STATES, ListingSupport, LockQuery, StorePage, fold
-from ..core.records import LockRecord, fingerprint
+from ..core.records import LockRecord, token_digest
 from ..exceptions import InvalidCursor, LockProviderError
 from .epoch import MAX_EPOCH_US, from_epoch_us, to_epoch_us
 
@@ -468,12 +468,16 @@ class DatabaseLockProvider(LockProvider):
         self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration
     ) -> SimpleLock | LockRecord:
         name, token, sql = config.name, secrets.token_hex(16), self._sql
+        # The table keeps the token's digest only: a SQL log line or a dump of the table
+        # is then no key to this holding, and hex digests compare exactly on every
+        # database (MariaDB's default collation would fold the case of raw tokens).
+        digest = token_digest(token)
         now = self._now()
-        params = [*self._until(config.lock_at_most_for), *now, self.locked_by, token, name, *now]
+        params = [*self._until(config.lock_at_most_for), *now, self.locked_by, digest, name, *now]
         returning = self._dialect.returning
         count, rows = self._run(conn, what, sql.acquire_update, params, fetch=returning)
         if count != 1:
-            params = [name, *self._until(config.lock_at_most_for), *self._now(), self.locked_by, token]
+            params = [name, *self._until(config.lock_at_most_for), *self._now(), self.locked_by, digest]
             try:
                 count, rows = self._run(
                     conn, what, sql.acquire_insert, params, fetch=returning, conflict_means_held=True
@@ -490,7 +494,7 @@ class DatabaseLockProvider(LockProvider):
                     )
                 return holder
         if not rows:
-            rows = self._run(conn, what, sql.read_back, [name, token], fetch=True)[1]
+            rows = self._run(conn, what, sql.read_back, [name, digest], fetch=True)[1]
             if not rows:
                 raise LockProviderError(f"{what}: the row written could not be read back", alias=self.alias)
         locked_at, lock_until, fencing = rows[0]
@@ -510,7 +514,7 @@ class DatabaseLockProvider(LockProvider):
         return self._record(rows[0]) if rows else None
 
     def _record(self, row: tuple[Any, ...]) -> LockRecord:
-        name, lock_until, locked_at, locked_by, token, fencing = row
+        name, lock_until, locked_at, locked_by, digest, fencing = row
         return LockRecord(
             name=name,
             lock_until=self._time(lock_until),
@@ -518,8 +522,9 @@ class DatabaseLockProvider(LockProvider):
             locked_by=locked_by,
             fencing_token=int(fencing),
             provider=self.alias,
-            released=not token,
-            token_fingerprint=fingerprint(token) if token else "",
+            released=not digest,
+            # fingerprint(token) is the digest's first 8 hex digits: the same as other stores show.
+            token_fingerprint=digest[:8] if digest else "",
         )
 
     def _unlock(self, held: SimpleLock) -> bool:
@@ -527,12 +532,13 @@ class DatabaseLockProvider(LockProvider):
         # extension's "now", plus lock_at_least_for), so it is compared with that clock.
         what = f"unlock {held.name!r}"
         at_least, now = to_epoch_us(held.lock_at_least_until), self._now()
-        params = [at_least, *now, at_least, *now, held.name, held.token, *now]
+        params = [at_least, *now, at_least, *now, held.name, token_digest(held.token), *now]
         return self._on_connection(what, lambda conn: self._run(conn, what, self._sql.unlock, params)[0] == 1)
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         what = f"extend {held.name!r}"
-        params = [*self._until(config.lock_at_most_for), held.name, held.token, *self._now()]
+        digest = token_digest(held.token)
+        params = [*self._until(config.lock_at_most_for), held.name, digest, *self._now()]
 
         def extend(conn: BaseDatabaseWrapper) -> list[Any] | None:
             count, rows = self._run(conn, what, self._sql.extend, params, fetch=self._dialect.returning)
@@ -541,7 +547,7 @@ class DatabaseLockProvider(LockProvider):
             if rows:
                 return rows
             read_back = self._sql.extend_read_back
-            return self._run(conn, what, read_back, [held.name, held.token], fetch=True)[1] or None
+            return self._run(conn, what, read_back, [held.name, digest], fetch=True)[1] or None
 
         rows = self._on_connection(what, extend)
         if rows is None:
@@ -567,7 +573,7 @@ class DatabaseLockProvider(LockProvider):
         if isinstance(expected, int):
             sql, params = sql + " AND fencing_token = %s", [*params, expected]
         elif isinstance(expected, str):
-            sql, params = sql + " AND token = %s", [*params, expected]
+            sql, params = sql + " AND token = %s", [*params, token_digest(expected)]
         return self._on_connection(what, lambda conn: self._run(conn, what, sql, params)[0] == 1)
 
     # -- listing --------------------------------------------------------------------

@@ -21,6 +21,7 @@ from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import LockRecord
+from ..core.secrets import scrub
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
 from .http import (
@@ -155,10 +156,15 @@ class DurableObjectLockProvider(LockProvider):
         params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One request; the parsed JSON object of a 2xx answer, else ``LockProviderError``."""
-        with transport_errors(self.alias, what):
+        # What an echo of this request could give away: the Worker's bearer token and the
+        # lock token the body carries (unlock, extend, force-release by token).
+        secrets = [str(self.options["token"])]
+        if body is not None and isinstance(body.get("token"), str):
+            secrets.append(body["token"])
+        with transport_errors(self.alias, what, secrets):
             response = self._http().request(method, path, json=body, params=params)
         if not response.is_success:
-            raise error_for_status(self.alias, what, response, self._error_detail(response))
+            raise error_for_status(self.alias, what, response, self._error_detail(response), secrets)
         data = json_body(self.alias, what, response)
         if not isinstance(data, dict):
             raise self._malformed(what, "the answer is not a JSON object", response.status_code)
@@ -170,10 +176,14 @@ class DurableObjectLockProvider(LockProvider):
             detail = str(data.get("error", "")) if isinstance(data, dict) else ""
         except ValueError:
             detail = ""
-        # Belt and braces: whatever sits in front of the Worker, never repeat the secret.
-        return detail.replace(str(self.options["token"]), "***")
+        # A non-string "error" becomes its repr here; error_for_status scrubs the secrets
+        # in every escaped form, whatever sits in front of the Worker.
+        return detail
 
     def _malformed(self, what: str, problem: str, status: int | None = 200) -> LockProviderError:
+        # problem may quote a name the server sent, which an echoing server fills with
+        # the Authorization header.
+        problem = scrub(problem, [str(self.options["token"])])
         return LockProviderError(
             f"{what}: HTTP {status} with an answer the provider cannot use ({problem}); "
             "is the URL a tslock Worker of protocol v1?",

@@ -349,6 +349,7 @@ class KVLockProvider(LockProvider):
                 record.encode(),
                 expiration_ttl=expiration_ttl(record.lock_until, now_ms),
                 metadata=metadata,
+                secrets=(record.token,),
             )
         finally:
             # Even a write that failed may have landed: listings must read again.

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
 
+from ..core.secrets import cut, scrub
 from ..exceptions import LockProviderError, LockRateLimited
 
 #: As many idle keep-alive connections as open ones. With fewer (httpx keeps 20 by
@@ -87,13 +88,16 @@ class PooledClient:
 
 
 @contextmanager
-def transport_errors(alias: str, what: str) -> Iterator[None]:
+def transport_errors(alias: str, what: str, secrets: Iterable[str] = ()) -> Iterator[None]:
     """Turn httpx failures inside the block into ``LockProviderError``.
 
     ``what`` says which operation failed ("acquire 'job'"); the message keeps the
     exception's class name, which says enough (timeout, refused, reset) without
     repeating request details. Create the client inside the block too: building its
     headers can fail, and so can a client that another thread has just closed.
+    ``secrets`` (the credential, the lock token sent) are scrubbed from any text of the
+    server's that the message repeats: a protocol error quotes the status line it
+    could not parse, and a hostile server can put the request's header there.
     """
     try:
         yield
@@ -112,7 +116,7 @@ def transport_errors(alias: str, what: str) -> Iterator[None]:
         ) from err
     except httpx.HTTPError as err:
         raise LockProviderError(
-            f"{what}: could not reach the store ({type(err).__name__}: {_safe(err)})", alias=alias
+            f"{what}: could not reach the store ({type(err).__name__}: {_safe(err, secrets)})", alias=alias
         ) from err
     except RuntimeError as err:
         # httpx refuses to send on a closed client. The providers open a new client after
@@ -125,15 +129,21 @@ def transport_errors(alias: str, what: str) -> Iterator[None]:
         raise LockProviderError(f"{what}: {problem} ({type(err).__name__})", alias=alias) from err
 
 
-def _safe(err: Exception) -> str:
-    # httpx messages may include the request URL; our URLs carry no secrets (tokens
-    # travel in headers), but cap the length so a proxy's HTML does not flood logs.
-    text = str(err)
-    return text if len(text) <= 200 else text[:200] + "..."
+def _safe(err: Exception, secrets: Iterable[str]) -> str:
+    # httpx messages may include the request URL (our URLs carry no secrets: tokens
+    # travel in headers) and what the server sent (which may echo them). Scrubbed, then
+    # capped so that a proxy's HTML does not flood logs.
+    return cut(scrub(str(err), secrets), 200)
 
 
-def error_for_status(alias: str, what: str, response: httpx.Response, detail: str = "") -> LockProviderError:
-    """The ``LockProviderError`` (``LockRateLimited`` for 429) for an unexpected answer."""
+def error_for_status(
+    alias: str, what: str, response: httpx.Response, detail: str = "", secrets: Iterable[str] = ()
+) -> LockProviderError:
+    """The ``LockProviderError`` (``LockRateLimited`` for 429) for an unexpected answer.
+
+    ``detail`` is what the server said about it (its error message); every form of
+    ``secrets`` in it is masked before it is cut to length (see
+    :func:`tslock_django.core.secrets.scrub`)."""
     cls = LockRateLimited if response.status_code == 429 else LockProviderError
     hint = {
         401: "the store refused the credentials; check the token",
@@ -141,8 +151,9 @@ def error_for_status(alias: str, what: str, response: httpx.Response, detail: st
         429: "rate limited by the store; retry later",
     }.get(response.status_code, "")
     parts = [f"{what}: HTTP {response.status_code}"]
+    detail = cut(scrub(detail, secrets), 300)
     if detail:
-        parts.append(detail[:300])
+        parts.append(detail)
     if hint:
         parts.append(hint)
     return cls("; ".join(parts), alias=alias, status_code=response.status_code)

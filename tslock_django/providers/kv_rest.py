@@ -99,7 +99,8 @@ def cloudflare_error(response: httpx.Response) -> CloudflareError:
         message = errors[0].get("message")
         return CloudflareError(
             code if isinstance(code, int) and not isinstance(code, bool) else 0,
-            str(message)[:200] if message is not None else "",
+            # Whole: the caller scrubs secrets before cutting it (a cut secret is not found).
+            str(message) if message is not None else "",
         )
     return CloudflareError(0, "")
 
@@ -138,6 +139,8 @@ class KVRestNamespace:
         self.namespace_id = namespace_id
         self.base_url = base_url.rstrip("/")
         self.alias = alias
+        # The token, for scrubbing echoes of the Authorization header from error texts.
+        self._secrets: tuple[str, ...] = (api_token,)
         self._prefix = f"/accounts/{encode_key(account_id)}/storage/kv/namespaces/{encode_key(namespace_id)}"
         self._pool = PooledClient(
             base_url=self.base_url,
@@ -184,7 +187,7 @@ class KVRestNamespace:
             LockProviderError: any other answer.
         """
         what = f"read key {key!r}"
-        with transport_errors(self.alias, what):
+        with transport_errors(self.alias, what, self._secrets):
             response = self._http().get(self._value_path(key))
         if response.status_code == 200:
             return response.content
@@ -192,11 +195,21 @@ class KVRestNamespace:
             return None
         raise self._error(what, response)
 
-    def put(self, key: str, value: str, *, expiration_ttl: int | None = None, metadata: Any = None) -> None:
+    def put(
+        self,
+        key: str,
+        value: str,
+        *,
+        expiration_ttl: int | None = None,
+        metadata: Any = None,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
         """Write ``value`` (and ``metadata``, JSON, when given) under ``key``.
 
         Args:
             expiration_ttl: seconds until KV drops the key (Cloudflare requires >= 60).
+            secrets: what the value holds that no error message may repeat (the lock
+                token), should the server echo the request.
 
         Raises:
             LockRateLimited: HTTP 429 (a second write to the key within a second, or the
@@ -211,9 +224,10 @@ class KVRestNamespace:
                 json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode(),
             )
         params = {"expiration_ttl": str(expiration_ttl)} if expiration_ttl is not None else None
-        with transport_errors(self.alias, what):
+        secrets = self._secrets + secrets
+        with transport_errors(self.alias, what, secrets):
             response = self._http().put(self._value_path(key), params=params, files=files)
-        self._expect_success(what, response)
+        self._expect_success(what, response, secrets)
 
     def delete(self, key: str) -> None:
         """Delete ``key``; deleting a missing key is not an error.
@@ -223,7 +237,7 @@ class KVRestNamespace:
             LockProviderError: any other failure.
         """
         what = f"delete key {key!r}"
-        with transport_errors(self.alias, what):
+        with transport_errors(self.alias, what, self._secrets):
             response = self._http().delete(self._value_path(key))
         if response.status_code == 404 and cloudflare_error(response).code == KEY_NOT_FOUND:
             return
@@ -244,7 +258,7 @@ class KVRestNamespace:
             params["prefix"] = prefix
         if cursor:
             params["cursor"] = cursor
-        with transport_errors(self.alias, what):
+        with transport_errors(self.alias, what, self._secrets):
             response = self._http().get(f"{self._prefix}/keys", params=params)
         body = self._expect_success(what, response)
         result = body.get("result")
@@ -271,20 +285,23 @@ class KVRestNamespace:
 
     # -- answers ---------------------------------------------------------------------
 
-    def _expect_success(self, what: str, response: httpx.Response) -> dict[str, Any]:
+    def _expect_success(
+        self, what: str, response: httpx.Response, secrets: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
         if response.status_code != 200:
-            raise self._error(what, response)
+            raise self._error(what, response, secrets)
         body = json_body(self.alias, what, response)
         if not isinstance(body, dict) or body.get("success") is not True:
             raise self._malformed(what, response, "an answer without success: true")
         return body
 
-    def _error(self, what: str, response: httpx.Response) -> LockProviderError:
+    def _error(self, what: str, response: httpx.Response, secrets: tuple[str, ...] = ()) -> LockProviderError:
         error = cloudflare_error(response)
         detail = error.describe()
         if error.code == NAMESPACE_NOT_FOUND:
             detail += f"; check OPTIONS namespace_id ({self.namespace_id}) and account_id ({self.account_id})"
-        return error_for_status(self.alias, what, response, detail)
+        # The message of a server that echoes the request holds the Authorization header.
+        return error_for_status(self.alias, what, response, detail, self._secrets + secrets)
 
     def _malformed(self, what: str, response: httpx.Response, problem: str) -> LockProviderError:
         return LockProviderError(

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 try:
     import redis
@@ -36,6 +36,7 @@ from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
 from ..core.records import LockRecord, fingerprint
+from ..core.secrets import scrub
 from ..exceptions import LockProviderError
 from .epoch import EPOCH, MAX_EPOCH_US
 from .redis_scripts import SCRIPTS
@@ -198,11 +199,9 @@ class RedisLockProvider(LockProvider):
             ) from None
 
     def _scrub(self, text: str) -> str:
-        """``text`` without the password, in clear or percent-encoded."""
-        if self._password:
-            for form in {self._password, quote(self._password, safe=""), quote(self._password)}:
-                text = text.replace(form, "***")
-        return text
+        """``text`` without the password, in any form an echo can give it (see
+        :func:`tslock_django.core.secrets.scrub`)."""
+        return scrub(text, [self._password] if self._password else [])
 
     def __repr__(self) -> str:
         shown = dict(self.options)

@@ -1,0 +1,312 @@
+"""Stores that are not on our side (issue 11): servers that echo the request back,
+values that are not ours, and what the DEBUG page, SQL logs and the command line show.
+
+The servers here are real TCP servers on 127.0.0.1 that write raw bytes, so that they
+can send what no well-behaved HTTP server would (a status line holding the request's
+Authorization header).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from urllib.parse import quote
+
+import pytest
+
+from tslock_django import LockConfiguration
+from tslock_django.core.secrets import MASK, scrub, secret_forms
+from tslock_django.exceptions import LockProviderError
+from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
+from tslock_django.providers.cloudflare_kv import KVLockProvider
+
+#: A bearer token with every character an escaping form changes: backslash, both
+#: quotes, percent and slash. MARKER is in it once, so finding MARKER anywhere in a
+#: message means some form of the token got through.
+MARKER = "Zq9marker"
+TOKEN = "s3cr\\et'" + MARKER + '"%2F/tail'
+LOCK_TOKEN_MARKER = "Lk7marker"
+
+
+def leaked(text: str) -> bool:
+    return MARKER in text or LOCK_TOKEN_MARKER in text
+
+
+# -- a raw echoing server -------------------------------------------------------------------
+
+
+class Request:
+    def __init__(self, raw: bytes) -> None:
+        head, _, self.body = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        self.method, self.target, _ = lines[0].split(" ", 2)
+        self.headers = {}
+        for line in lines[1:]:
+            key, _, value = line.partition(":")
+            self.headers[key.strip().lower()] = value.strip()
+
+    @property
+    def authorization(self) -> str:
+        return self.headers.get("authorization", "")
+
+
+def http_response(status: int, body: object, reason: str = "X") -> bytes:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    ).encode() + data
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+@contextmanager
+def raw_server(answer: Callable[[Request], bytes]) -> Iterator[str]:
+    """A server on 127.0.0.1 that answers each request with ``answer(request)``; yields
+    its base URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    # accept() is not woken by close() on Linux: poll so the thread ends with the test.
+    listener.settimeout(0.1)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(5)
+            with conn:
+                raw = _read_request(conn)
+                if raw:
+                    conn.sendall(answer(Request(raw)))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=5)
+
+
+def kv_provider(url: str) -> KVLockProvider:
+    return KVLockProvider(
+        "hostile-kv",
+        account_id="acct",
+        namespace_id="ns",
+        api_token=TOKEN,
+        acknowledge_advisory_lock=True,
+        base_url=url,
+        timeout=5,
+        list_cache_seconds=0,
+    )
+
+
+def do_provider(url: str) -> DurableObjectLockProvider:
+    return DurableObjectLockProvider("hostile-do", url=url, token=TOKEN, timeout=5)
+
+
+def config(name: str = "job") -> LockConfiguration:
+    return LockConfiguration(name=name, lock_at_most_for=timedelta(minutes=1))
+
+
+# -- the scrubber itself ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        TOKEN,
+        json.dumps(TOKEN),
+        json.dumps(json.dumps(TOKEN)),
+        json.dumps(TOKEN, ensure_ascii=False),
+        repr(TOKEN),
+        repr({"t": TOKEN}),
+        str([TOKEN]),
+        quote(TOKEN, safe=""),
+        re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quote(TOKEN, safe="")),
+        quote(TOKEN),
+    ],
+    ids=[
+        "literal",
+        "json",
+        "json-in-json",
+        "json-unicode",
+        "repr",
+        "dict-repr",
+        "list-str",
+        "percent",
+        "percent-lower",
+        "percent-path",
+    ],
+)
+def test_scrub_masks_every_escaped_form_of_a_secret(echo: str) -> None:
+    text = f"the server said: Bearer {echo} (end)"
+    scrubbed = scrub(text, [TOKEN])
+    assert not leaked(scrubbed), scrubbed
+    assert (
+        MASK in scrubbed and scrubbed.startswith("the server said: Bearer ") and scrubbed.endswith(" (end)")
+    )
+
+
+def test_scrub_leaves_text_without_secrets_alone() -> None:
+    assert scrub("HTTP 500; nothing to hide", [TOKEN, ""]) == "HTTP 500; nothing to hide"
+    assert "" not in secret_forms("abc")
+
+
+# -- Workers KV: the error envelope echoes the header -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda auth: auth,
+        lambda auth: json.dumps(auth)[1:-1],
+        lambda auth: repr(auth),
+        lambda auth: quote(auth, safe=""),
+    ],
+    ids=["literal", "json-escaped", "repr", "percent"],
+)
+def test_kv_error_message_echoing_the_authorization_header_is_scrubbed(form: Callable[[str], str]) -> None:
+    def answer(request: Request) -> bytes:
+        assert MARKER in request.authorization  # the token did travel
+        message = f"bad request with Authorization: {form(request.authorization)}"
+        return http_response(400, {"success": False, "errors": [{"code": 10000, "message": message}]})
+
+    with raw_server(answer) as url:
+        provider = kv_provider(url)
+        with pytest.raises(LockProviderError) as caught:
+            provider.lock(config())
+    message = str(caught.value)
+    assert "HTTP 400" in message and "Cloudflare error 10000" in message
+    assert not leaked(message), message
+
+
+def test_kv_error_echoing_the_written_value_hides_the_lock_token() -> None:
+    # Reads find no key; the write is answered with the request body (which holds the
+    # new lock token) echoed in the error.
+    def answer(request: Request) -> bytes:
+        if request.method == "GET":
+            return http_response(404, {"success": False, "errors": [{"code": 10009, "message": "not found"}]})
+        return http_response(
+            500, {"success": False, "errors": [{"code": 10001, "message": request.body.decode("latin-1")}]}
+        )
+
+    with raw_server(answer) as url:
+        provider = kv_provider(url)
+        with pytest.raises(LockProviderError) as caught:
+            provider.lock(config())
+    message = str(caught.value)
+    assert "HTTP 500" in message
+    # The body holds {"lockUntil":..,"token":"<uuid>"}: no 8-4-4-4-12 uuid may survive.
+    assert '"token":"' not in message or '"token":"***"' in message, message
+    assert not leaked(message)
+
+
+def test_status_line_echoing_the_authorization_header_is_scrubbed() -> None:
+    # An unparsable status line: httpx's protocol error quotes it (bytes repr: \\ and \').
+    def answer(request: Request) -> bytes:
+        return b"HTTP/1.1 2x0 " + request.authorization.encode() + b"\r\nContent-Length: 0\r\n\r\n"
+
+    with raw_server(answer) as url:
+        provider = kv_provider(url)
+        with pytest.raises(LockProviderError) as caught:
+            provider.lock(config())
+    message = str(caught.value)
+    assert "could not reach the store" in message and "ProtocolError" in message, message
+    assert not leaked(message), message
+
+
+# -- Durable Object Worker: the "error" field ----------------------------------------------
+
+
+def test_do_error_field_holding_a_json_object_with_the_token_is_scrubbed() -> None:
+    def answer(request: Request) -> bytes:
+        return http_response(
+            500, {"error": {"echo": request.authorization, "nested": [request.authorization]}}
+        )
+
+    with raw_server(answer) as url:
+        with pytest.raises(LockProviderError) as caught:
+            do_provider(url).lock(config())
+    message = str(caught.value)
+    assert "HTTP 500" in message and "echo" in message
+    assert not leaked(message), message
+
+
+def _do_record(name: str, token: str) -> dict[str, object]:
+    return {
+        "name": name,
+        "locked_at_ms": 1_700_000_000_000,
+        "lock_until_ms": 4_000_000_000_000,
+        "at_least_until_ms": 1_700_000_000_000,
+        "fencing_token": 1,
+        "locked_by": "host:1",
+        "token_fingerprint": "abcdef01",
+        "released": False,
+        "token": token,
+    }
+
+
+def test_do_error_echoing_the_lock_token_of_an_unlock_is_scrubbed() -> None:
+    lock_token = "lt\\'" + LOCK_TOKEN_MARKER + '"x'
+
+    def answer(request: Request) -> bytes:
+        if request.target.startswith("/v1/acquire"):
+            return http_response(200, {"acquired": True, "record": _do_record("job", lock_token)})
+        sent = json.loads(request.body)
+        return http_response(409, {"error": f"refused {sent!r} and {json.dumps(sent)}"})
+
+    with raw_server(answer) as url:
+        provider = do_provider(url)
+        held = provider.lock(config())
+        assert held is not None and held.token == lock_token
+        with pytest.raises(LockProviderError) as caught:
+            held.unlock()
+    message = str(caught.value)
+    assert "HTTP 409" in message and "refused" in message
+    assert not leaked(message), message
+
+
+def test_do_record_named_after_the_authorization_header_is_scrubbed() -> None:
+    def answer(request: Request) -> bytes:
+        record = _do_record(request.authorization, "t")
+        record["lock_until_ms"] = "soon"
+        return http_response(200, {"acquired": False, "record": record})
+
+    with raw_server(answer) as url:
+        with pytest.raises(LockProviderError) as caught:
+            do_provider(url).lock(config())
+    message = str(caught.value)
+    assert "lock_until_ms" in message
+    assert not leaked(message), message

@@ -14,6 +14,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+from django.views.decorators.debug import sensitive_variables
 
 from .exceptions import InvalidLockProvider
 
@@ -37,6 +38,7 @@ _ENTRY_KEYS = {"BACKEND", "OPTIONS"}
 RESERVED_OPTION_NAMES = frozenset({"alias", "transport"})
 
 
+@sensitive_variables("configured", "entry", "options", "result")
 def provider_settings() -> dict[str, dict[str, Any]]:
     """``TSLOCK_PROVIDERS`` as validated dicts (the default when unset).
 
@@ -123,6 +125,7 @@ class ProviderHandler:
         """The configured aliases, in settings order."""
         return list(provider_settings())
 
+    @sensitive_variables("configured", "entry", "options")
     def create(self, alias: str) -> LockProvider:
         """A new, uncached provider for ``alias``.
 
@@ -193,6 +196,7 @@ SCHEMES = ("db", "memory", "cloudflare-do", "cloudflare-do+http", "cloudflare-kv
 REDIS_URL_OPTIONS = ("key_prefix", "timeout")
 
 
+@sensitive_variables("url", "parts", "options", "ours", "rest")
 def parse_provider_url(url: str) -> dict[str, Any]:
     """Turn a provider URL into a ``TSLOCK_PROVIDERS`` entry.
 

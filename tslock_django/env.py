@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import environ
+from django.views.decorators.debug import sensitive_variables
 
 from .conf import parse_provider_url
 from .exceptions import InvalidLockProvider
@@ -18,6 +19,7 @@ from .exceptions import InvalidLockProvider
 class Env(environ.Env):  # type: ignore[misc]
     """``environ.Env`` with a reader for lock provider URLs."""
 
+    @sensitive_variables("value", "default")
     def lock_provider_url(self, var: str = "TSLOCK_URL", default: Any = environ.Env.NOTSET) -> dict[str, Any]:
         """The ``TSLOCK_PROVIDERS`` entry described by the URL in ``var``.
 

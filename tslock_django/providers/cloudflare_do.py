@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
+from django.views.decorators.debug import sensitive_variables
 
 from ..core.configuration import LockConfiguration
 from ..core.durations import to_milliseconds
@@ -66,6 +67,7 @@ class DurableObjectLockProvider(LockProvider):
         "the per-name fencing counter stays"
     )
 
+    @sensitive_variables("kwargs")
     def __init__(
         self,
         alias: str = "default",

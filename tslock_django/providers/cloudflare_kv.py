@@ -39,6 +39,7 @@ from datetime import timedelta
 from typing import Any, ClassVar, cast
 
 import httpx
+from django.views.decorators.debug import sensitive_variables
 
 from ..core.clock import ClockProvider
 from ..core.configuration import LockConfiguration
@@ -242,6 +243,7 @@ class KVLockProvider(LockProvider):
     #: Keys asked for per list request (KV's maximum: the fewest requests per listing).
     list_page_keys: int = LIST_LIMIT_MAX
 
+    @sensitive_variables("options", "opts")
     def __init__(
         self,
         alias: str = "default",

@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from django.views.decorators.debug import sensitive_variables
 
 from ..core.clock import ClockProvider
 from ..exceptions import LockProviderError
@@ -124,6 +125,7 @@ class KVRestNamespace:
         transport: an ``httpx.BaseTransport`` to use instead of the network (tests).
     """
 
+    @sensitive_variables("api_token")
     def __init__(
         self,
         *,

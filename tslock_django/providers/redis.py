@@ -32,6 +32,8 @@ try:
 except ImportError as err:  # pragma: no cover - depends on the installation
     raise ImportError("the Redis lock provider needs redis-py: pip install 'tslock-django[redis]'") from err
 
+from django.views.decorators.debug import sensitive_variables
+
 from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
@@ -85,6 +87,7 @@ class RedisLockProvider(LockProvider):
     #: The ``timeout`` used with ``url`` when none is given.
     default_timeout: ClassVar[float] = 5.0
 
+    @sensitive_variables("kwargs", "url")
     def __init__(self, alias: str = "default", **kwargs: Any) -> None:
         super().__init__(alias, **kwargs)
         self._password = ""

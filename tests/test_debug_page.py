@@ -1,0 +1,134 @@
+"""Django's technical 500 page (DEBUG = True, and the ADMINS e-mails) shows no lock
+provider secret (issue 11, point 5): not the provider URL in the environment, not the
+OPTIONS in settings, not the frame locals of the code that reads them."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+from django.test import RequestFactory, override_settings
+from django.views.debug import get_default_exception_reporter_filter, technical_500_response
+
+from tslock_django.conf import parse_provider_url
+from tslock_django.env import Env
+from tslock_django.exceptions import InvalidLockProvider
+from tslock_django.providers.cloudflare_kv import KVLockProvider
+from tslock_django.reporting import TslockExceptionReporterFilter
+
+FILTER = "tslock_django.reporting.TslockExceptionReporterFilter"
+KV_SECRET = "KvSecret7marker"
+REDIS_SECRET = "RedisPw7marker"
+URL_SECRET = "UrlSecret7marker"
+OTHER_SECRET = "OtherPw7marker"
+
+PROVIDERS = {
+    "kv": {
+        "BACKEND": "tslock_django.providers.cloudflare_kv.KVLockProvider",
+        "OPTIONS": {"account_id": "acct", "namespace_id": "ns", "api_token": KV_SECRET},
+    },
+    "cache": {
+        "BACKEND": "tslock_django.providers.redis.RedisLockProvider",
+        "OPTIONS": {"url": f"redis://:{REDIS_SECRET}@127.0.0.1:6379/0"},
+    },
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_filter() -> Iterator[None]:
+    # Django builds the default filter once (lru_cache) and does not rebuild it when
+    # override_settings changes DEFAULT_EXCEPTION_REPORTER_FILTER.
+    get_default_exception_reporter_filter.cache_clear()
+    yield
+    get_default_exception_reporter_filter.cache_clear()
+
+
+def page_for(exc_info: tuple[type[BaseException], BaseException, object], **meta: str) -> str:
+    request = RequestFactory().get("/admin/", **meta)
+    response = technical_500_response(request, *exc_info)  # type: ignore[arg-type]
+    return response.content.decode()
+
+
+def raise_with_secret_in_a_local() -> None:
+    header = f"Bearer {KV_SECRET}"  # a configured secret under a name Django does not hide
+    raise RuntimeError(f"boom ({len(header)})")
+
+
+@override_settings(DEBUG=True, DEFAULT_EXCEPTION_REPORTER_FILTER=FILTER, TSLOCK_PROVIDERS=PROVIDERS)
+def test_technical_500_page_hides_provider_url_options_and_configured_secrets() -> None:
+    try:
+        raise_with_secret_in_a_local()
+    except RuntimeError:
+        exc_info = sys.exc_info()
+    page = page_for(
+        exc_info,  # type: ignore[arg-type]
+        TSLOCK_URL=f"cloudflare-kv://acct:{URL_SECRET}@ns?acknowledge_advisory_lock=true",
+        TSLOCK_EDGE_URL=f"cloudflare-do://{URL_SECRET}@edge.example.com/",
+        CACHE_LOCATION=f"redis://:{OTHER_SECRET}@cache:6379/1",
+    )
+    assert "TSLOCK_URL" in page and "TSLOCK_EDGE_URL" in page and "CACHE_LOCATION" in page
+    assert "raise_with_secret_in_a_local" in page and "boom" in page  # the page did render
+    for secret in (KV_SECRET, REDIS_SECRET, URL_SECRET, OTHER_SECRET):
+        assert secret not in page, secret
+    assert "redis://***@127.0.0.1:6379/0" in page  # the URL still says where
+
+
+@override_settings(DEBUG=True)
+def test_django_default_filter_would_show_the_provider_url() -> None:
+    # What the custom filter is for: Django's own filter hides no TSLOCK_URL.
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        exc_info = sys.exc_info()
+    page = page_for(exc_info, TSLOCK_URL=f"cloudflare-kv://acct:{URL_SECRET}@ns")  # type: ignore[arg-type]
+    assert URL_SECRET in page
+
+
+@pytest.mark.parametrize(
+    ("debug", "reporter_filter"),
+    [(True, FILTER), (False, FILTER), (False, "django.views.debug.SafeExceptionReporterFilter")],
+    ids=["ours-debug", "ours", "django-sensitive-variables-only"],
+)
+def test_frames_of_the_settings_code_hide_the_url(
+    debug: bool, reporter_filter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A provider URL without a namespace fails inside parse_provider_url, whose frame
+    # (and lock_provider_url's) holds the URL; both are marked sensitive_variables, which
+    # Django's own filter honours when DEBUG is False (the ADMINS e-mails).
+    monkeypatch.setenv("TSLOCK_URL", f"cloudflare-kv://acct:{URL_SECRET}@")
+    with override_settings(DEBUG=debug, DEFAULT_EXCEPTION_REPORTER_FILTER=reporter_filter):
+        try:
+            Env().lock_provider_url("TSLOCK_URL")
+        except InvalidLockProvider:
+            exc_info = sys.exc_info()
+        page = page_for(exc_info)  # type: ignore[arg-type]
+    assert "parse_provider_url" in page and "lock_provider_url" in page
+    assert URL_SECRET not in page
+
+
+@override_settings(DEBUG=True, DEFAULT_EXCEPTION_REPORTER_FILTER=FILTER)
+def test_frames_of_a_provider_that_refuses_its_options_hide_the_token() -> None:
+    try:
+        KVLockProvider(
+            "kv",
+            account_id="a",
+            namespace_id="n",
+            api_token=KV_SECRET,
+            acknowledge_advisory_lock=True,
+            timeout=-1,
+        )
+    except InvalidLockProvider:
+        exc_info = sys.exc_info()
+    page = page_for(exc_info)  # type: ignore[arg-type]
+    assert "_validate_options" in page and "timeout" in page
+    assert KV_SECRET not in page
+
+
+def test_the_filter_is_a_django_filter_that_stays_active_under_debug() -> None:
+    flt = TslockExceptionReporterFilter()
+    with override_settings(DEBUG=True):
+        assert flt.is_active(None)
+    assert flt.cleanse_setting("TSLOCK_URL", "db://default") == flt.cleansed_substitute
+    assert flt.cleanse_setting("DATABASE_URL", "postgres://u:pw@h/db") == "postgres://***@h/db"
+    assert parse_provider_url("db://default")["OPTIONS"] == {"using": "default"}

@@ -1,0 +1,98 @@
+"""An exception reporter filter that keeps lock provider secrets off Django's error pages.
+
+Django's technical 500 page (``DEBUG = True``) and the error e-mails it sends to
+``ADMINS`` show settings, ``request.META`` (which, under ``runserver`` and most WSGI
+servers, holds the process environment) and the local variables of every frame. Its
+default filter hides values whose *name* looks secret (``TOKEN``, ``KEY``, ``PASS``...),
+which misses a provider URL: ``TSLOCK_URL=cloudflare-kv://ACCOUNT:TOKEN@NAMESPACE`` has
+a name that matches none of them. Use this filter::
+
+    DEFAULT_EXCEPTION_REPORTER_FILTER = "tslock_django.reporting.TslockExceptionReporterFilter"
+
+On top of Django's rules it:
+
+- hides the variables named in :attr:`~TslockExceptionReporterFilter.provider_url_variables`
+  (``TSLOCK_URL``, ``TSLOCK_*_URL``) wherever they show: settings, ``META``, frames;
+- masks the user and password of every URL it shows (``scheme://***@host``), so a
+  ``redis://:password@host`` or a provider URL under any other name does not show either;
+- hides, in every string it shows, the secrets configured in ``TSLOCK_PROVIDERS`` (the
+  OPTIONS whose names Django hides, such as ``token`` and ``api_token``), whatever
+  variable holds them, in any escaped form (:func:`tslock_django.core.secrets.scrub`);
+- applies ``@sensitive_variables`` also when ``DEBUG = True``: Django skips it then,
+  but a DEBUG page is often seen by more people than the settings file.
+
+tslock's own code that handles provider URLs and OPTIONS is marked with
+``@sensitive_variables``, so the frames of a failing settings module show ``********``
+for the URL and the token.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.views.debug import SafeExceptionReporterFilter
+
+from .core.secrets import scrub
+
+#: ``scheme://user:password@`` -> ``scheme://***@``.
+_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^/@\s'\"]+@", re.IGNORECASE)
+
+
+class TslockExceptionReporterFilter(SafeExceptionReporterFilter):
+    """``SafeExceptionReporterFilter`` that also hides provider URLs and the secrets in
+    ``TSLOCK_PROVIDERS`` (see the module docstring for what it hides and where)."""
+
+    #: Names (settings, environment variables, frame variables) whose value is hidden
+    #: whole. A subclass can add the names a project uses for its provider URLs.
+    provider_url_variables = re.compile(r"^TSLOCK(_[A-Z0-9]+)*_URL$", re.IGNORECASE)
+
+    def is_active(self, request: HttpRequest | None) -> bool:
+        # Django turns the filter off when DEBUG is True; provider secrets stay hidden then too.
+        return True
+
+    def cleanse_setting(self, key: Any, value: Any) -> Any:
+        if isinstance(key, str) and self.provider_url_variables.search(key):
+            return self.cleansed_substitute
+        cleansed = super().cleanse_setting(key, value)
+        return self._mask_text(cleansed) if isinstance(cleansed, str) else cleansed
+
+    def cleanse_special_types(self, request: HttpRequest | None, value: Any) -> Any:
+        value = super().cleanse_special_types(request, value)
+        if isinstance(value, (str, Mapping, list, tuple)):
+            # A frame's dict of OPTIONS or a URL string: the same rules as settings.
+            return self.cleanse_setting("", dict(value) if isinstance(value, Mapping) else value)
+        return value
+
+    def get_traceback_frame_variables(self, request: HttpRequest | None, tb_frame: Any) -> Any:
+        cleansed = dict(super().get_traceback_frame_variables(request, tb_frame))
+        for name in cleansed:
+            if self.provider_url_variables.search(name):
+                cleansed[name] = self.cleansed_substitute
+        return cleansed.items()
+
+    def _mask_text(self, text: str) -> str:
+        return scrub(_USERINFO.sub(r"\g<scheme>***@", text), self._configured_secrets())
+
+    def _configured_secrets(self) -> list[str]:
+        """The OPTIONS values of ``TSLOCK_PROVIDERS`` whose names Django hides."""
+        found: list[str] = []
+        configured = getattr(settings, "TSLOCK_PROVIDERS", None)
+        if not isinstance(configured, Mapping):
+            return found
+        for entry in configured.values():
+            options = entry.get("OPTIONS") if isinstance(entry, Mapping) else None
+            if not isinstance(options, Mapping):
+                continue
+            for key, value in options.items():
+                if (
+                    isinstance(key, str)
+                    and isinstance(value, str)
+                    and value
+                    and self.hidden_settings.search(key)
+                ):
+                    found.append(value)
+        return found

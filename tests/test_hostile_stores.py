@@ -256,9 +256,8 @@ def test_do_error_field_holding_a_json_object_with_the_token_is_scrubbed() -> No
             500, {"error": {"echo": request.authorization, "nested": [request.authorization]}}
         )
 
-    with raw_server(answer) as url:
-        with pytest.raises(LockProviderError) as caught:
-            do_provider(url).lock(config())
+    with raw_server(answer) as url, pytest.raises(LockProviderError) as caught:
+        do_provider(url).lock(config())
     message = str(caught.value)
     assert "HTTP 500" in message and "echo" in message
     assert not leaked(message), message
@@ -304,9 +303,8 @@ def test_do_record_named_after_the_authorization_header_is_scrubbed() -> None:
         record["lock_until_ms"] = "soon"
         return http_response(200, {"acquired": False, "record": record})
 
-    with raw_server(answer) as url:
-        with pytest.raises(LockProviderError) as caught:
-            do_provider(url).lock(config())
+    with raw_server(answer) as url, pytest.raises(LockProviderError) as caught:
+        do_provider(url).lock(config())
     message = str(caught.value)
     assert "lock_until_ms" in message
     assert not leaked(message), message

@@ -8,6 +8,7 @@ Authorization header).
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import socket
@@ -15,9 +16,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 from urllib.parse import quote
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from tslock_django import LockConfiguration
 from tslock_django.core.secrets import MASK, scrub, secret_forms
@@ -308,3 +311,53 @@ def test_do_record_named_after_the_authorization_header_is_scrubbed() -> None:
     message = str(caught.value)
     assert "lock_until_ms" in message
     assert not leaked(message), message
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+def test_tslock_list_prints_a_hostile_error_message_without_terminal_controls(settings: Any) -> None:
+    def answer(request: Request) -> bytes:
+        message = f"\x1b[2J\x07cleared\r\nforged-row  held\u202e {request.authorization}"
+        return http_response(500, {"success": False, "errors": [{"code": 10001, "message": message}]})
+
+    with raw_server(answer) as url:
+        settings.TSLOCK_PROVIDERS = {
+            "kv": {
+                "BACKEND": "tslock_django.providers.cloudflare_kv.KVLockProvider",
+                "OPTIONS": {
+                    "account_id": "acct",
+                    "namespace_id": "ns",
+                    "api_token": TOKEN,
+                    "acknowledge_advisory_lock": True,
+                    "base_url": url,
+                    "timeout": 5,
+                },
+            }
+        }
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.raises(CommandError):
+            call_command("tslock", "list", stdout=out, stderr=err)
+    printed = err.getvalue()
+    assert "kv: lock provider 'kv'" in printed and "HTTP 500" in printed
+    assert "\\x1b[2J\\x07cleared\\r\\nforged-row" in printed
+    for raw in ("\x1b", "\x07", "\r", "\u202e"):
+        assert raw not in printed
+    assert len(printed.strip().splitlines()) == 1  # the newline forged no line
+    assert not leaked(printed)
+
+
+@pytest.mark.parametrize("number", ["99999999999999999999999", "9223372036854775808", "-1", "1e3", "0x10"])
+def test_release_with_an_out_of_range_fencing_token_is_a_usage_error(number: str) -> None:
+    with pytest.raises(
+        CommandError, match=r"--fencing-token: must be a whole number from 0 to 9223372036854775807"
+    ):
+        call_command("tslock", "release", "job", "--provider", "default", "--fencing-token", number)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_release_with_the_largest_fencing_token_reaches_the_database() -> None:
+    # SQLite raised OverflowError for numbers past 64 bits; the largest one that fits is
+    # an ordinary "not held with that fencing token".
+    with pytest.raises(CommandError, match="not released: it is not held"):
+        call_command("tslock", "release", "job", "--provider", "default", "--fencing-token", str(2**63 - 1))

@@ -104,6 +104,25 @@ def _positive(text: str) -> int:
     return value
 
 
+#: The largest fencing token any store keeps: a signed 64-bit integer (the database's
+#: BIGINT, Redis's integers, the Worker's safe range is smaller and refuses the rest).
+MAX_FENCING_TOKEN = 2**63 - 1
+
+
+def _fencing_token(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_FENCING_TOKEN:
+        # A usage error here, not an OverflowError from the database driver later.
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 0 to {MAX_FENCING_TOKEN} (the FENCING column of "
+            f"'tslock list'), got {text!r}"
+        )
+    return value
+
+
 #: The largest --batch-size: one purge transaction must stay short.
 MAX_BATCH = 10_000
 
@@ -181,7 +200,7 @@ class Command(BaseCommand):
         condition = release.add_mutually_exclusive_group()
         condition.add_argument(
             "--fencing-token",
-            type=int,
+            type=_fencing_token,
             help="Release only if the lock is still held with this fencing token.",
         )
         condition.add_argument(

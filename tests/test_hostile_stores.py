@@ -15,14 +15,19 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from tslock_django import LockConfiguration
+from tslock_django.admin.rows import make_row
+from tslock_django.conf import providers
+from tslock_django.core import decode
+from tslock_django.core.query import LockQuery
+from tslock_django.core.records import LockRecord
 from tslock_django.core.secrets import MASK, scrub, secret_forms
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
@@ -361,3 +366,113 @@ def test_release_with_the_largest_fencing_token_reaches_the_database() -> None:
     # an ordinary "not held with that fencing token".
     with pytest.raises(CommandError, match="not released: it is not held"):
         call_command("tslock", "release", "job", "--provider", "default", "--fencing-token", str(2**63 - 1))
+
+
+# -- values that are not ours --------------------------------------------------------------
+
+HUGE_NUMBER = '{"lockUntil":' + "9" * 5000 + ',"lockedAt":0,"lockedBy":"h","token":"t"}'
+DEEP = "[" * 30_000 + "]" * 30_000  # under the size bound, far past the recursion limit
+HUGE_HOLDER = '{"lockUntil":1,"lockedAt":0,"lockedBy":"' + "h" * (25 * 1024 * 1024) + '","token":"t"}'
+BAD_VALUES = {
+    "5000-digit lockUntil": (HUGE_NUMBER, "a number of 5,000 digits"),
+    "nested 30000 deep": (DEEP, "nests 30000 levels deep"),
+    "25 MiB lockedBy": (HUGE_HOLDER, "more than the 65,536 a lock record can be"),
+    "NaN": ('{"lockUntil":NaN,"lockedAt":0,"lockedBy":"h","token":"t"}', "NaN"),
+    "not JSON": ("\x00\x01", "not JSON"),
+}
+
+
+def kv_store(values: dict[str, bytes]) -> Callable[[Request], bytes]:
+    """A Workers KV REST API serving ``values`` (full keys), without metadata, as
+    ``@tslock/cloudflare-kv`` writes them."""
+
+    def answer(request: Request) -> bytes:
+        path = request.target.split("?", 1)[0]
+        if path.endswith("/keys"):
+            keys = [{"name": key} for key in sorted(values)]
+            return http_response(200, {"success": True, "result": keys, "result_info": {"cursor": ""}})
+        key = unquote(path.rsplit("/values/", 1)[1])
+        if key not in values:
+            return http_response(
+                404, {"success": False, "errors": [{"code": 10009, "message": "key not found"}]}
+            )
+        return http_response(200, values[key])
+
+    return answer
+
+
+def future_ms(minutes: int = 10) -> int:
+    return int(datetime.now(tz=timezone.utc).timestamp() * 1000) + minutes * 60_000
+
+
+@pytest.mark.parametrize("bad", list(BAD_VALUES), ids=list(BAD_VALUES))
+def test_a_value_that_is_not_ours_is_an_error_for_its_lock_and_a_row_for_the_listing(bad: str) -> None:
+    value, reason = BAD_VALUES[bad]
+    good = {"lockUntil": future_ms(), "lockedAt": future_ms(-1), "lockedBy": "ts-host", "token": "tk"}
+    store = {"tslock:bad": value.encode(), "tslock:good": json.dumps(good).encode()}
+    with raw_server(kv_store(store)) as url:
+        provider = kv_provider(url)
+        with pytest.raises(LockProviderError, match="'tslock:bad'") as caught:
+            provider.lock(config("bad"))
+        assert reason in str(caught.value)
+        page = provider.query(LockQuery())
+    rows = {record.name: record for record in page.records}
+    assert list(rows) == ["bad", "good"]
+    assert reason in rows["bad"].unreadable and rows["bad"].locked_by.startswith("unreadable: ")
+    assert len(rows["bad"].locked_by) < 1000  # nothing of the value itself is shown
+    assert rows["good"].locked_by == "ts-host" and not rows["good"].unreadable
+
+
+def test_a_fractional_lock_until_from_the_typescript_package_is_held() -> None:
+    # @tslock/cloudflare-kv writes Date.now() + duration as is: a fraction for a
+    # non-integer duration. TypeScript reads it as held; so must we.
+    until = future_ms() + 0.7
+    value = json.dumps({"lockUntil": until, "lockedAt": future_ms(-1), "lockedBy": "ts-host", "token": "tk"})
+    with raw_server(kv_store({"tslock:job": value.encode()})) as url:
+        provider = kv_provider(url)
+        assert provider.lock(config("job")) is None
+        [listed] = provider.query(LockQuery()).records
+    assert listed.name == "job" and not listed.unreadable
+    assert listed.lock_until == datetime.fromtimestamp(int(until) / 1000, tz=timezone.utc)
+
+
+def test_decoder_caps_strings_for_display_and_refuses_oversized_fields() -> None:
+    assert decode.shown("x" * 5000).endswith("(2,952 more characters)")
+    with pytest.raises(decode.Unreadable, match="lockedBy is 70,000 characters long"):
+        decode.text("h" * 70_000, "lockedBy")
+    assert decode.epoch_ms(1796051977497.7, "lockUntil") == 1796051977497
+    for bad in (float("inf"), -1, 253_402_300_800_000, True, "1"):
+        with pytest.raises(decode.Unreadable):
+            decode.epoch_ms(bad, "lockUntil")
+
+
+def test_tslock_list_shows_the_unreadable_row_and_every_other_provider(settings: Any) -> None:
+    good = {"lockUntil": future_ms(), "lockedAt": future_ms(-1), "lockedBy": "ts-host", "token": "tk"}
+    store = {"tslock:bad": HUGE_NUMBER.encode(), "tslock:good": json.dumps(good).encode()}
+    with raw_server(kv_store(store)) as url:
+        settings.TSLOCK_PROVIDERS = {
+            "kv": {
+                "BACKEND": "tslock_django.providers.cloudflare_kv.KVLockProvider",
+                "OPTIONS": {
+                    "account_id": "acct",
+                    "namespace_id": "ns",
+                    "api_token": TOKEN,
+                    "acknowledge_advisory_lock": True,
+                    "base_url": url,
+                    "timeout": 5,
+                },
+            },
+            "mem": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"},
+        }
+        assert providers["mem"].lock(config("in-memory")) is not None
+        out, err = io.StringIO(), io.StringIO()
+        call_command("tslock", "list", stdout=out, stderr=err)  # no CommandError: nothing failed
+    lines = out.getvalue().splitlines()
+    by_name = {line.split()[2 if "(advisory)" in line else 1]: line for line in lines[1:]}
+    assert set(by_name) == {"bad", "good", "in-memory"}
+    assert " unknown " in by_name["bad"] and "unreadable: key 'tslock:bad'" in by_name["bad"]
+    assert " held " in by_name["good"] and " held " in by_name["in-memory"]
+    row = make_row(
+        "kv", "advisory", LockRecord.unreadable_row("bad", "kv", "why"), datetime.now(tz=timezone.utc)
+    )
+    assert row.state == "unknown" and row.record.locked_by == "unreadable: why"  # the admin's row

@@ -415,13 +415,16 @@ def test_a_page_restarts_its_kv_page_and_neither_skips_nor_repeats_while_keys_ch
 # -- values that are not records, cursors that do not fit, stores that misbehave ------------
 
 
-def test_a_value_that_is_not_utf8_is_a_note(make_provider: MakeProvider, kv: FakeKVTransport) -> None:
+def test_a_value_that_is_not_utf8_is_an_unreadable_row(
+    make_provider: MakeProvider, kv: FakeKVTransport
+) -> None:
     provider = make_provider()
     kv.put_raw("tslock:bin", b"\xff\xfe not text")
     fill(kv, 2, metadata=False)
     page = provider.query(LockQuery())
-    assert names(page) == ["job-00000", "job-00001"]
-    assert "key 'tslock:bin' holds a value that is not UTF-8 text" in page.notes[0]
+    assert names(page) == ["bin", "job-00000", "job-00001"]
+    assert "key 'tslock:bin'" in page.records[0].unreadable
+    assert "not UTF-8 text" in page.records[0].unreadable
 
 
 def test_metadata_that_is_not_a_record_falls_back_to_the_value(
@@ -441,7 +444,8 @@ def test_a_huge_value_under_the_prefix_is_not_kept_in_the_cache(
     kv.put_raw("tslock:huge", b"x" * (11 * 1024 * 1024))
     for _ in range(2):
         page = provider.query(LockQuery())
-        assert page.records == [] and "'tslock:huge'" in page.notes[0]
+        [row] = page.records
+        assert "'tslock:huge'" in row.unreadable and "more than the 65,536" in row.unreadable
     assert kv.requests == {"GET keys": 1, "GET value": 2}, "read again rather than kept"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, cast
 
 LockState = Literal["held", "held_for_at_least", "expired"]
 
@@ -27,6 +27,10 @@ class LockRecord:
         provider: the alias of the provider that reported the record.
         released: the holder released it and it is kept only for ``lock_at_least_for``.
         token_fingerprint: a short non-secret digest of the token, for display.
+        unreadable: why the stored value could not be read as a record, or ``""``. Such a
+            record (see :meth:`unreadable_row`) is a row in a listing, not a lock: its
+            times are ``None``, so the admin and ``tslock list`` show its state as
+            "unknown", and ``locked_by`` carries the reason.
     """
 
     name: str
@@ -38,6 +42,21 @@ class LockRecord:
     provider: str = ""
     released: bool = False
     token_fingerprint: str = ""
+    unreadable: str = ""
+
+    @classmethod
+    def unreadable_row(cls, name: str, provider: str, reason: str) -> LockRecord:
+        """The listing row of a stored value under ``name`` that is not a readable
+        record, saying ``reason``; its state is unknown (times ``None``)."""
+        unknown = cast(datetime, None)
+        return cls(
+            name=name,
+            lock_until=unknown,
+            locked_at=unknown,
+            locked_by=f"unreadable: {reason}",
+            provider=provider,
+            unreadable=reason,
+        )
 
     def __post_init__(self) -> None:
         if self.token and not self.token_fingerprint:

@@ -41,14 +41,16 @@ from typing import Any, ClassVar, cast
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
+from ..core import decode
 from ..core.clock import ClockProvider
 from ..core.configuration import LockConfiguration
+from ..core.decode import Unreadable
 from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
 from ..core.query import CURRENT_STATES, ListingSupport, LockQuery, StorePage, fold, record_state
 from ..core.records import LockRecord, fingerprint
 from ..exceptions import InvalidCursor, LockProviderError
-from .epoch import epoch_ms_in_range, from_epoch_ms, to_epoch_ms
+from .epoch import from_epoch_ms, to_epoch_ms
 from .http import BEARER_TOKEN_RULE, valid_bearer_token
 from .kv_rest import DEFAULT_BASE_URL, LIST_LIMIT_MAX, MISS, KVKey, KVPage, KVRestNamespace, ListingCache
 
@@ -104,58 +106,58 @@ class KVRecord:
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> KVRecord | None:
-        """The record in ``data`` (a decoded JSON value), or ``None`` if it is not one.
+    def read(cls, data: Any) -> KVRecord:
+        """The record in ``data`` (a decoded JSON value).
 
-        Epoch times must be integers (a float with no fraction is accepted: JavaScript
-        has one number type) from 1970 up to year 9999, the range a ``datetime`` holds;
-        ``lockedBy`` and ``token`` must be strings. Extra fields are ignored so that a
-        newer writer can add some.
+        Epoch times must be finite numbers from 1970 up to year 9999, the range a
+        ``datetime`` holds; a fraction is rounded down (the TypeScript package writes one
+        for a non-integer duration). ``lockedBy`` and ``token`` must be strings. Extra
+        fields are ignored so that a newer writer can add some.
+
+        Raises:
+            Unreadable: saying which field is wrong.
         """
         if not isinstance(data, dict):
-            return None
-        times = []
-        for key in ("lockUntil", "lockedAt"):
-            value = data.get(key)
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            if not isinstance(value, int) or isinstance(value, bool) or not epoch_ms_in_range(value):
-                return None
-            times.append(value)
-        locked_by, token = data.get("lockedBy"), data.get("token")
-        if not isinstance(locked_by, str) or not isinstance(token, str):
-            return None
-        return cls(times[0], times[1], locked_by, token, data.get("released") is True)
+            raise Unreadable("the value is not a JSON object")
+        return cls(
+            decode.epoch_ms(data.get("lockUntil"), "lockUntil"),
+            decode.epoch_ms(data.get("lockedAt"), "lockedAt"),
+            decode.text(data.get("lockedBy"), "lockedBy"),
+            decode.text(data.get("token"), "token"),
+            data.get("released") is True,
+        )
 
     @classmethod
-    def parse(cls, text: str, *, key: str) -> KVRecord | str:
-        """The record in stored value ``text``, or a sentence saying what is wrong with it
-        (naming ``key``)."""
+    def from_json(cls, data: Any) -> KVRecord | None:
+        """The record in ``data`` (see :meth:`read`), or ``None`` if it is not one."""
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
+            return cls.read(data)
+        except Unreadable:
+            return None
+
+    @classmethod
+    def parse(cls, raw: str | bytes, *, key: str) -> KVRecord | str:
+        """The record in stored value ``raw``, or a sentence saying what is wrong with it
+        (naming ``key``). The value passes the size and shape checks of
+        :mod:`tslock_django.core.decode` first."""
+        try:
+            record = cls.read(decode.load_json(raw))
+        except Unreadable as err:
             return (
-                f"key {key!r} holds a value that is not JSON, so it is not a lock record of "
-                "@tslock/cloudflare-kv; delete the key or use another key_prefix"
-            )
-        record = cls.from_json(data)
-        if record is None:
-            return (
-                f"key {key!r} holds JSON that is not a lock record (it needs lockUntil and lockedAt as "
-                "integer epoch milliseconds between 1970 and year 9999, and string lockedBy and token); "
-                "delete the key or use another key_prefix"
+                f"key {decode.shown(key, 200)!r} does not hold a lock record of @tslock/cloudflare-kv "
+                f"({err}); delete the key or use another key_prefix"
             )
         # A value never says whether its holder released it (the metadata does).
         return replace(record, released=None)
 
     @classmethod
-    def decode(cls, text: str, *, key: str, alias: str) -> KVRecord:
+    def decode(cls, raw: str | bytes, *, key: str, alias: str) -> KVRecord:
         """Parse a stored value.
 
         Raises:
-            LockProviderError: naming ``key`` when the value is not JSON or lacks a field.
+            LockProviderError: naming ``key`` and what is wrong with the value.
         """
-        parsed = cls.parse(text, key=key)
+        parsed = cls.parse(raw, key=key)
         if isinstance(parsed, str):
             raise LockProviderError(parsed, alias=alias)
         return parsed
@@ -337,8 +339,8 @@ class KVLockProvider(LockProvider):
         return epoch_ms(self.clock.now())
 
     def _read(self, key: str) -> KVRecord | None:
-        text = self.namespace.get(key)
-        return None if text is None else KVRecord.decode(text, key=key, alias=self.alias)
+        raw = self.namespace.get_bytes(key)
+        return None if raw is None else KVRecord.decode(raw, key=key, alias=self.alias)
 
     def _write(self, key: str, record: KVRecord, now_ms: int) -> None:
         metadata: dict[str, Any] | None = record.metadata()
@@ -368,7 +370,8 @@ class KVLockProvider(LockProvider):
             name=name,
             lock_until=from_epoch_ms(stored.lock_until),
             locked_at=from_epoch_ms(stored.locked_at),
-            locked_by=stored.locked_by,
+            # Cut for display: a holder is informative, and a page shows many.
+            locked_by=decode.shown(stored.locked_by),
             token=stored.token if with_token else "",
             fencing_token=None,
             provider=self.alias,
@@ -584,7 +587,18 @@ class _Scan:
                     if not read:
                         self.note_unread(page.keys[index:], prefix, skip, needle)
                         return self.stopped(done)
-                    stored = self.decode(entry.name, content)
+                    decoded = self.decode(entry.name, content)
+                    if isinstance(decoded, str):
+                        # Not a record: a row saying why, whatever states were asked for
+                        # (its state is unknown), so the rest of the page still shows.
+                        if len(self.records) == query.limit:
+                            return self.full(done)
+                        self.records.append(LockRecord.unreadable_row(name, provider.alias, decoded))
+                        self.positions.append(list(here))
+                        self.examined += 1
+                        done = here
+                        continue
+                    stored = decoded
                 self.examined += 1
                 if stored is not None:
                     record = provider._record(name, stored, with_token=False)
@@ -608,19 +622,12 @@ class _Scan:
             cursor, skip = page.cursor, None
             done = (cursor, None)
 
-    def decode(self, key: str, content: bytes | None) -> KVRecord | None:
-        """The record in a value read for the listing, or ``None`` (with a note when the
-        value is not a record, so the rest of the page still shows)."""
-        if content is None:  # deleted since it was listed
+    def decode(self, key: str, content: bytes | None) -> KVRecord | str | None:
+        """The record in a value read for the listing, the reason it is not one, or
+        ``None`` when the key was deleted since it was listed."""
+        if content is None:
             return None
-        try:
-            parsed = KVRecord.parse(content.decode("utf-8"), key=key)
-        except UnicodeDecodeError:
-            parsed = f"key {key!r} holds a value that is not UTF-8 text, so it is not a lock record"
-        if isinstance(parsed, str):
-            self.notes.append(parsed + "; left out of this listing")
-            return None
-        return parsed
+        return KVRecord.parse(content, key=key)
 
     def full(self, done: tuple[str, str | None]) -> StorePage:
         return self.answer(True, done)

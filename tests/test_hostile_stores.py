@@ -476,3 +476,29 @@ def test_tslock_list_shows_the_unreadable_row_and_every_other_provider(settings:
         "kv", "advisory", LockRecord.unreadable_row("bad", "kv", "why"), datetime.now(tz=timezone.utc)
     )
     assert row.state == "unknown" and row.record.locked_by == "unreadable: why"  # the admin's row
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"acquired": ' + b"1" * 5000 + b"}", "a number of 5,000 digits"),
+        (b"[" * 30_000 + b"]" * 30_000, "nests 30000 levels deep"),
+        (b'{"acquired": true, "record": {"lock_until_ms": 1e999}}', "too large to be finite"),
+    ],
+    ids=["5000 digits", "30000 deep", "infinite"],
+)
+@pytest.mark.parametrize("status", [200, 500])
+def test_answers_that_are_not_ours_are_store_errors(body: bytes, reason: str, status: int) -> None:
+    # Answers and error bodies both pass the bounded decoder: never a ValueError or
+    # RecursionError out of the provider.
+    with raw_server(lambda request: http_response(status, body)) as url:
+        for provider in (do_provider(url), kv_provider(url)):
+            with pytest.raises(LockProviderError) as caught:
+                provider.lock(config())
+            message = str(caught.value)
+            if status == 500:
+                assert "HTTP 500" in message
+            else:
+                # For KV a 200 answer to a read is the stored value itself.
+                assert reason in message
+                assert ("HTTP 200" in message) == isinstance(provider, DurableObjectLockProvider)

@@ -18,6 +18,7 @@ import httpx
 from django.views.decorators.debug import sensitive_variables
 
 from ..core.configuration import LockConfiguration
+from ..core.decode import Unreadable
 from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
@@ -30,6 +31,7 @@ from .http import (
     PooledClient,
     error_for_status,
     json_body,
+    parse_json,
     transport_errors,
     valid_bearer_token,
 )
@@ -174,9 +176,9 @@ class DurableObjectLockProvider(LockProvider):
 
     def _error_detail(self, response: httpx.Response) -> str:
         try:
-            data = response.json()
+            data = parse_json(response)
             detail = str(data.get("error", "")) if isinstance(data, dict) else ""
-        except ValueError:
+        except Unreadable:
             detail = ""
         # A non-string "error" becomes its repr here; error_for_status scrubs the secrets
         # in every escaped form, whatever sits in front of the Worker.

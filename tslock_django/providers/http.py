@@ -8,7 +8,6 @@ until a Cloudflare provider is configured.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from ..core import decode
 from ..core.secrets import cut, scrub
 from ..exceptions import LockProviderError, LockRateLimited
 
@@ -168,13 +168,30 @@ def error_for_status(
     return cls("; ".join(parts), alias=alias, status_code=response.status_code)
 
 
+#: The largest answer body parsed: a listing page of 1,000 keys with their metadata is
+#: about 1.5 MB.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+#: The deepest nesting parsed in an answer (an envelope around records).
+MAX_BODY_DEPTH = 32
+
+
+def parse_json(response: httpx.Response) -> Any:
+    """The JSON value of an answer's body, through the bounded decoder.
+
+    Raises:
+        Unreadable: too large, too deep, a number too long, or not JSON.
+    """
+    return decode.load_json(response.content, max_bytes=MAX_BODY_BYTES, max_depth=MAX_BODY_DEPTH)
+
+
 def json_body(alias: str, what: str, response: httpx.Response) -> Any:
-    """The parsed JSON body, or ``LockProviderError`` if it is not JSON."""
+    """The parsed JSON body, or ``LockProviderError`` if it is not JSON the provider
+    can read (see :func:`parse_json`)."""
     try:
-        return response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return parse_json(response)
+    except decode.Unreadable as err:
         raise LockProviderError(
-            f"{what}: HTTP {response.status_code} with a body that is not JSON",
+            f"{what}: HTTP {response.status_code} with a body the provider cannot read ({err})",
             alias=alias,
             status_code=response.status_code,
         ) from err

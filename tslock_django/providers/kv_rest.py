@@ -33,8 +33,9 @@ import httpx
 from django.views.decorators.debug import sensitive_variables
 
 from ..core.clock import ClockProvider
+from ..core.decode import Unreadable
 from ..exceptions import LockProviderError
-from .http import PooledClient, error_for_status, json_body, transport_errors
+from .http import PooledClient, error_for_status, json_body, parse_json, transport_errors
 
 #: Where the Cloudflare API lives; tests and local runtimes pass another base URL.
 DEFAULT_BASE_URL = "https://api.cloudflare.com/client/v4"
@@ -91,8 +92,8 @@ def cloudflare_error(response: httpx.Response) -> CloudflareError:
     """Read ``{"success": false, "errors": [{"code", "message"}]}``; tolerant of bodies
     that are not that envelope (a proxy's HTML page, an empty body)."""
     try:
-        body = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = parse_json(response)
+    except Unreadable:
         return CloudflareError(0, "")
     errors = body.get("errors") if isinstance(body, dict) else None
     if isinstance(errors, list) and errors and isinstance(errors[0], dict):

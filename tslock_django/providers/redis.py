@@ -34,6 +34,7 @@ except ImportError as err:  # pragma: no cover - depends on the installation
 
 from django.views.decorators.debug import sensitive_variables
 
+from ..core import decode
 from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
@@ -353,10 +354,14 @@ class RedisLockProvider(LockProvider):
 
     def _listed(self, raw: object, what: str) -> LockRecord:
         """A record as stored (JSON, see ``redis_scripts``), without its token."""
+        if not isinstance(raw, (bytes, str)):
+            raise self._malformed(what, "not JSON")
         try:
-            data = json.loads(raw)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise self._malformed(what, "not JSON") from None
+            # Bounded in size, depth and number length: a record written by something
+            # else is a malformed-record error, never a RecursionError.
+            data = decode.load_json(raw)
+        except decode.Unreadable as err:
+            raise self._malformed(what, str(err)) from None
         if not isinstance(data, dict):
             raise self._malformed(what, "not a JSON object")
         try:
@@ -373,7 +378,7 @@ class RedisLockProvider(LockProvider):
             name=name,
             lock_until=EPOCH + timedelta(microseconds=lock_until),
             locked_at=EPOCH + timedelta(microseconds=locked_at),
-            locked_by=locked_by,
+            locked_by=decode.shown(locked_by),
             fencing_token=fencing,
             provider=self.alias,
             released=state != 0,

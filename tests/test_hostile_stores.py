@@ -502,3 +502,37 @@ def test_answers_that_are_not_ours_are_store_errors(body: bytes, reason: str, st
                 # For KV a 200 answer to a read is the stored value itself.
                 assert reason in message
                 assert ("HTTP 200" in message) == isinstance(provider, DurableObjectLockProvider)
+
+
+# -- listings that would not end ---------------------------------------------------------
+
+
+def test_kv_listing_stops_when_the_store_keeps_answering_the_same_cursor() -> None:
+    lists = []
+
+    def answer(request: Request) -> bytes:
+        lists.append(request.target)
+        return http_response(200, {"success": True, "result": [], "result_info": {"cursor": "same"}})
+
+    with raw_server(answer) as url:
+        provider = kv_provider(url)
+        with pytest.raises(LockProviderError, match="listing cursor it had already given"):
+            list(provider.pages(LockQuery()))
+    assert len(lists) == 2  # the first page, then the repeat: not 430 requests in 20 s
+
+
+def test_kv_listing_page_spends_at_most_its_request_budget() -> None:
+    # Ever new cursors and never a key: each page stops at list_request_budget requests.
+    lists = []
+
+    def answer(request: Request) -> bytes:
+        lists.append(request.target)
+        return http_response(
+            200, {"success": True, "result": [], "result_info": {"cursor": f"c{len(lists)}"}}
+        )
+
+    with raw_server(answer) as url:
+        provider = kv_provider(url)
+        page = provider.query(LockQuery())
+    assert len(lists) == provider.options["list_request_budget"] == 10
+    assert page.records == [] and page.next_cursor and any("10 REST requests" in note for note in page.notes)

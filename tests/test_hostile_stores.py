@@ -536,3 +536,15 @@ def test_kv_listing_page_spends_at_most_its_request_budget() -> None:
         page = provider.query(LockQuery())
     assert len(lists) == provider.options["list_request_budget"] == 10
     assert page.records == [] and page.next_cursor and any("10 REST requests" in note for note in page.notes)
+
+
+def test_a_huge_holder_from_a_worker_is_cut_for_display() -> None:
+    def answer(request: Request) -> bytes:
+        record = _do_record("tslock:job", "t")
+        record["locked_by"] = "h" * 1_000_000
+        return http_response(200, {"acquired": False, "record": record})
+
+    with raw_server(answer) as url:
+        holder = do_provider(url).attempt(config()).holder
+    assert isinstance(holder, LockRecord)
+    assert holder.locked_by.startswith("hhhh") and holder.locked_by.endswith("(997,952 more characters)")

@@ -16,7 +16,8 @@ Limits (checked before anything is built from the value):
 - epoch milliseconds from 1970 to year 9999; a fraction is accepted and rounded down
   (``@tslock/cloudflare-kv`` writes ``lockUntil: 1796051977497.7`` for a non-integer
   duration, and reads it as held);
-- strings shown to people are cut to :data:`MAX_SHOWN_CHARS` (:func:`shown`).
+- strings shown to people are cut to :data:`MAX_SHOWN_CHARS` (:func:`shown`), and a
+  store's words in a message have their control characters escaped (:func:`visible`).
 """
 
 from __future__ import annotations
@@ -145,3 +146,12 @@ def shown(value: str, max_chars: int = MAX_SHOWN_CHARS) -> str:
     if len(value) <= max_chars:
         return value
     return f"{value[:max_chars]}... ({len(value) - max_chars:,} more characters)"
+
+
+def visible(value: str) -> str:
+    """``value`` with control, format and line-separator characters (ESC, CR, LF, bidi
+    overrides) written as ``\\x..``/``\\u....`` escapes: a store's words end up in
+    messages that ``tslock list`` prints on a terminal and that logs keep one per line."""
+    if value.isprintable():
+        return value
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value)

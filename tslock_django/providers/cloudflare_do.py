@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
+from ..core import decode
 from ..core.configuration import LockConfiguration
 from ..core.decode import Unreadable
 from ..core.durations import to_milliseconds
@@ -238,7 +239,8 @@ class DurableObjectLockProvider(LockProvider):
             name=key[len(prefix) :],
             lock_until=from_epoch_ms(data["lock_until_ms"]),
             locked_at=from_epoch_ms(data["locked_at_ms"]),
-            locked_by=data["locked_by"],
+            # Cut for display: the Worker keeps 255, but the answer is not ours to trust.
+            locked_by=decode.shown(data["locked_by"]),
             token=token if with_token else "",
             fencing_token=data["fencing_token"],
             provider=self.alias,

@@ -133,16 +133,7 @@ def _safe(err: Exception, secrets: Iterable[str]) -> str:
     # httpx messages may include the request URL (our URLs carry no secrets: tokens
     # travel in headers) and what the server sent (which may echo them). Scrubbed, then
     # capped so that a proxy's HTML does not flood logs.
-    return cut(visible(scrub(str(err), secrets)), 200)
-
-
-def visible(text: str) -> str:
-    """``text`` with control, format and line-separator characters (ESC, CR, LF, bidi
-    overrides) written as ``\\x..``/``\\u....`` escapes: a server's words end up in
-    messages that ``tslock list`` prints on a terminal and logs keep one per line."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return cut(decode.visible(scrub(str(err), secrets)), 200)
 
 
 def error_for_status(
@@ -160,7 +151,7 @@ def error_for_status(
         429: "rate limited by the store; retry later",
     }.get(response.status_code, "")
     parts = [f"{what}: HTTP {response.status_code}"]
-    detail = cut(visible(scrub(detail, secrets)), 300)
+    detail = cut(decode.visible(scrub(detail, secrets)), 300)
     if detail:
         parts.append(detail)
     if hint:

@@ -254,7 +254,7 @@ class RedisLockProvider(LockProvider):
     def _failure(self, what: str, err: redis.RedisError) -> LockProviderError:
         """The ``LockProviderError`` for a redis-py failure: what happened and what to
         check, without the password."""
-        detail = self._scrub(str(err)) or type(err).__name__
+        detail = decode.visible(self._scrub(str(err))) or type(err).__name__
         return LockProviderError(f"{what}: {self._explain(err, detail)}", alias=self.alias)
 
     def _explain(self, err: redis.RedisError, detail: str) -> str:

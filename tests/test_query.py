@@ -266,3 +266,17 @@ def test_memory_purge_keeps_current_locks_and_the_fencing_counter(
     again = memory.lock(LockConfiguration("old", "1h"))
     assert again is not None and old.fencing_token is not None
     assert again.fencing_token == old.fencing_token + 1
+
+
+def test_an_unreadable_record_matches_every_state_but_not_other_names() -> None:
+    from datetime import datetime, timezone
+
+    from tslock_django.core.records import LockRecord
+
+    row = LockRecord.unreadable_row("job-x", "kv", "not JSON")
+    now = datetime.now(timezone.utc)
+    for states in ({"held"}, {"at_least"}, {"expired"}):
+        assert LockQuery(states=states).matches(row, now)
+    assert not LockQuery(prefix="other").matches(row, now)
+    assert not LockQuery(search="zzz").matches(row, now)
+    assert LockQuery(order="lock_until").sort_key(row) == (-1, "job-x")

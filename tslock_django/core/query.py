@@ -133,6 +133,10 @@ class LockQuery:
             return False
         if self.search and fold(self.search) not in fold(name):
             return False
+        if record.unreadable:
+            # A value the store holds but nobody can read has no state to filter by;
+            # every listing shows it, so an operator sees it and can deal with it.
+            return True
         return record_state(record, now) in self.states
 
     def sort_key(self, record: LockRecord) -> tuple[int | str, str]:
@@ -141,7 +145,8 @@ class LockQuery:
         if self.order == "name":
             return (record.name, record.name)
         moment = record.lock_until if self.order == "lock_until" else record.locked_at
-        return (epoch_us(moment), record.name)
+        # An unreadable record has no times; it sorts before every readable one.
+        return (epoch_us(moment) if moment is not None else -1, record.name)
 
     def keyset(self, position: Any) -> tuple[int | str, str]:
         """A decoded cursor position as this query's ``(key, name)`` keyset.

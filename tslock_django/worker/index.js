@@ -7,9 +7,21 @@
 // argument, no quorum or transaction needed. Deadlines come from the object's own clock;
 // clients send durations only.
 //
-// Durable Objects cannot be enumerated, so each LockObject reports every change to one
-// LockIndex object, tagged with a per-name version so that a late report never
-// overwrites a newer one. GET /v1/locks is answered by the index's query().
+// Durable Objects cannot be enumerated, so each LockObject reports every change to the
+// index: N LockIndex objects (shards, N = the TSLOCK_INDEX_SHARDS variable), the shard of
+// a name chosen by a hash of it. A report is tagged with a per-name version so that a
+// late or reordered one never overwrites a newer one. The lock object answers its caller
+// first and reports afterwards; it records which version the index acknowledged and its
+// alarm re-sends a report that did not land (see "Staleness" below). GET /v1/locks asks
+// every shard for one page and merges them.
+//
+// Staleness: a listing shows what the index holds, filtered by lock_until at read time,
+// so it never shows an expired lock as current. A change (taken, released, extended)
+// shows once its report lands: normally a few milliseconds after the answer. A report
+// that fails is re-sent by the lock object's alarm after 1 s, then after 2, 4, 8, 16 and
+// every 30 s while the index stays unreachable; so with the index reachable a listing is
+// at most about 1 s behind a lost report, and the Worker never reports a lock as held
+// past its lock_until.
 //
 // Wire protocol v1 (JSON in and out, names only ever in the JSON body or query string):
 //   GET  /v1/health                          no auth
@@ -18,7 +30,10 @@
 //   POST /v1/unlock        {name, token}
 //   POST /v1/force-release {name, fencing_token?, token?}
 //   GET  /v1/locks?prefix=&search=&search_skip=&states=&order=&desc=&limit=&after_key=&after_name=
-// Every route but health needs "Authorization: Bearer <TSLOCK_TOKEN>" (a wrangler secret).
+//   POST /v1/reindex       {after?, limit?}  re-send a batch of lock objects' records (resharding)
+// Every request but GET /v1/health needs "Authorization: Bearer <TSLOCK_TOKEN>" (a wrangler
+// secret), checked before anything else: an unauthenticated caller learns nothing but 401.
+// Request bodies are at most MAX_BODY_BYTES (413 beyond, before any parsing).
 //
 // GET /v1/locks lists the current locks (the index keeps no expired ones), one page:
 //   prefix      names starting with it, exactly (default: all)
@@ -51,7 +66,18 @@ const MAX_TOKEN_CHARS = 256;
 // About 100 years: keeps now + duration far inside the range of exact integers.
 const MAX_DURATION_MS = 100 * 365 * 24 * 3600 * 1000;
 const MAX_PAGE = 1000;
+// The name of the single index object of the first releases; with N = 1 shard it is still
+// the one index, so a deployment upgraded without setting N keeps its listing.
 const INDEX_OBJECT_NAME = "tslock-index";
+const MAX_SHARDS = 256;
+// The largest valid request body is about 6.5 KiB (a 512-byte name and a 255-character
+// locked_by, both \u-escaped as Python's json does): anything above this is refused unread.
+const MAX_BODY_BYTES = 16 * 1024;
+// A report that did not land is re-sent after 1 s, doubling up to 30 s.
+const REPORT_RETRY_MS = 1000;
+const REPORT_RETRY_MAX_MS = 30_000;
+const REINDEX_BATCH = 25;
+const MAX_REINDEX_BATCH = 500;
 // Tombstones (names whose lock ended) keep their version this long so that a report
 // delayed in flight cannot bring a finished lock back; then they are pruned.
 const TOMBSTONE_KEEP_MS = 10 * 60 * 1000;
@@ -133,10 +159,42 @@ function optionalExpectation(body) {
   return expected;
 }
 
+class TooLarge extends Error {}
+
+// The body as text, refused with TooLarge past MAX_BODY_BYTES: by its Content-Length
+// before reading anything, and by counting while reading (the header may be absent, as
+// with chunked uploads, or wrong).
+async function readBody(request) {
+  const declared = request.headers.get("content-length");
+  if (declared !== null && Number(declared) > MAX_BODY_BYTES) throw new TooLarge();
+  if (request.body === null) return "";
+  const reader = request.body.getReader();
+  const chunks = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > MAX_BODY_BYTES) {
+      await reader.cancel().catch(() => {});
+      throw new TooLarge();
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return new TextDecoder().decode(bytes);
+}
+
 async function readJson(request) {
+  const text = await readBody(request);
   let body;
   try {
-    body = await request.json();
+    body = JSON.parse(text);
   } catch {
     throw new BadRequest("the request body is not valid JSON");
   }
@@ -323,14 +381,86 @@ const ROUTES = {
   "/v1/unlock": "POST",
   "/v1/force-release": "POST",
   "/v1/locks": "GET",
+  "/v1/reindex": "POST",
 };
 
 function lockObject(env, name) {
   return env.LOCKS.get(env.LOCKS.idFromName(name));
 }
 
-function indexObject(env) {
-  return env.LOCK_INDEX.get(env.LOCK_INDEX.idFromName(INDEX_OBJECT_NAME));
+// ---------------------------------------------------------------------------------
+// The index layout: N shards, named so that two layouts never share an object.
+
+class ConfigError extends Error {}
+
+function shardCount(value, variable) {
+  if (value === undefined || value === null || value === "") return null;
+  const count = /^[0-9]{1,3}$/.test(String(value)) ? Number(value) : NaN;
+  if (!(count >= 1 && count <= MAX_SHARDS)) {
+    throw new ConfigError(`${variable} is ${shown(String(value))}; set a whole number from 1 to ${MAX_SHARDS} in wrangler.jsonc`);
+  }
+  return count;
+}
+
+// {current, previous}: the shard counts to report to (both, while a move is under way)
+// and previous (or null), the layout listings read until the move is finished.
+function layouts(env) {
+  const current = shardCount(env.TSLOCK_INDEX_SHARDS, "TSLOCK_INDEX_SHARDS") ?? 1;
+  const previous = shardCount(env.TSLOCK_INDEX_SHARDS_PREVIOUS, "TSLOCK_INDEX_SHARDS_PREVIOUS");
+  return { current, previous: previous === current ? null : previous };
+}
+
+function shardName(count, shard) {
+  return count === 1 ? INDEX_OBJECT_NAME : `${INDEX_OBJECT_NAME}-${shard}-of-${count}`;
+}
+
+function indexShard(env, count, shard) {
+  return env.LOCK_INDEX.get(env.LOCK_INDEX.idFromName(shardName(count, shard)));
+}
+
+// The shard of a name: the first four bytes of SHA-256 of its UTF-8 form, mod N. Stable
+// across releases and runtimes (never JS string hashing).
+async function shardOf(name, count) {
+  if (count === 1) return 0;
+  const digest = await sha256(name);
+  return new DataView(digest.buffer).getUint32(0) % count;
+}
+
+function allShards(env, count) {
+  return Array.from({ length: count }, (_, shard) => indexShard(env, count, shard));
+}
+
+// Names in code point order (SQLite's order for TEXT): JS "<" compares UTF-16 units,
+// which puts U+E000..U+FFFF above astral characters. At the first differing unit, move
+// the surrogates above the rest of the BMP and compare.
+function compareNames(a, b) {
+  const length = Math.min(a.length, b.length);
+  for (let i = 0; i < length; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x !== y) return codeUnitRank(x) - codeUnitRank(y);
+  }
+  return a.length - b.length;
+}
+
+function codeUnitRank(unit) {
+  if (unit >= 0xe000) return unit - 0x800;
+  if (unit >= 0xd800) return unit + 0x2000;
+  return unit;
+}
+
+// One page from the shards of a layout: each answers at most limit + 1 rows after the
+// same position, so the first limit + 1 of their union, in the query's order, are the
+// page's rows and whether more follow.
+async function queryLayout(env, count, query) {
+  const pages = await Promise.all(allShards(env, count).map((shard) => shard.query(query)));
+  if (pages.length === 1) return pages[0];
+  const timeOrder = ORDER_COLUMNS[query.order] !== null;
+  const sign = query.desc ? -1 : 1;
+  const rows = pages.flatMap((page) => page.rows);
+  rows.sort((a, b) => sign * ((timeOrder && a.key !== b.key ? a.key - b.key : 0) || compareNames(a.name, b.name)));
+  const more = rows.length > query.limit || pages.some((page) => page.more);
+  return { rows: rows.slice(0, query.limit), more, now_ms: Math.max(...pages.map((page) => page.now_ms)) };
 }
 
 // An answer given without reading a small request body can make the runtime reset the
@@ -353,6 +483,15 @@ async function discardBody(request) {
 async function route(request, env) {
   const url = new URL(request.url);
   const method = ROUTES[url.pathname];
+  if (url.pathname === "/v1/health" && request.method === "GET") {
+    return reply(200, { ok: true, version: PROTOCOL_VERSION });
+  }
+  // The token first: without it, every route, method and body gets the same 401.
+  const refused = await checkAuth(request, env);
+  if (refused) {
+    await discardBody(request);
+    return refused;
+  }
   if (method === undefined) {
     await discardBody(request);
     return reply(404, { error: `no route ${url.pathname}` });
@@ -363,21 +502,17 @@ async function route(request, env) {
     answer.headers.set("allow", method);
     return answer;
   }
-  if (url.pathname === "/v1/health") return reply(200, { ok: true, version: PROTOCOL_VERSION });
-
-  const refused = await checkAuth(request, env);
-  if (refused) {
-    await discardBody(request);
-    return refused;
-  }
 
   if (url.pathname === "/v1/locks") {
+    await discardBody(request);
     const query = parseListing(url.searchParams);
-    const page = await indexObject(env).query(query);
-    return listingReply(query, page);
+    const { current, previous } = layouts(env);
+    // While a move is under way the previous layout is the complete one.
+    return listingReply(query, await queryLayout(env, previous ?? current, query));
   }
 
   const body = await readJson(request);
+  if (url.pathname === "/v1/reindex") return reply(200, await reindex(env, body));
   const name = requireName(body);
   const stub = lockObject(env, name);
   switch (url.pathname) {
@@ -396,6 +531,28 @@ async function route(request, env) {
       return reply(200, await stub.forceRelease(name, optionalExpectation(body)));
   }
   return reply(404, { error: `no route ${url.pathname}` });
+}
+
+// POST /v1/reindex {after, limit}: one batch of the rebuild that fills a new layout. It
+// takes the next `limit` names (in code point order, after `after`) that either layout
+// lists, and has each of their lock objects re-send its current record to the layouts it
+// reports to. Answers {resent, next}; call again with after = next until next is null.
+// Re-sending is idempotent (versions), so a batch can be repeated or the walk restarted.
+async function reindex(env, body) {
+  const after = body.after ?? null;
+  if (after !== null && typeof after !== "string") throw new BadRequest('"after" must be a name (a string) or null');
+  const limit = body.limit ?? REINDEX_BATCH;
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_REINDEX_BATCH) {
+    throw new BadRequest(`"limit" must be a whole number from 1 to ${MAX_REINDEX_BATCH}`);
+  }
+  const { current, previous } = layouts(env);
+  const shards = allShards(env, current);
+  if (previous !== null) shards.push(...allShards(env, previous));
+  const lists = await Promise.all(shards.map((shard) => shard.names(after, limit)));
+  const names = [...new Set(lists.flat())].sort(compareNames).slice(0, limit);
+  await Promise.all(names.map((name) => lockObject(env, name).resend()));
+  const more = names.length === limit;
+  return { resent: names.length, next: more ? names[names.length - 1] : null, layout: { current, previous } };
 }
 
 // The index hands back each record as the JSON text it stored: joined, not parsed and
@@ -431,6 +588,10 @@ export default {
       return await route(request, env);
     } catch (err) {
       if (err instanceof BadRequest) return reply(400, { error: err.message });
+      if (err instanceof TooLarge) {
+        return reply(413, { error: `the request body is larger than ${MAX_BODY_BYTES} bytes; tslock requests are small JSON objects` });
+      }
+      if (err instanceof ConfigError) return reply(500, { error: err.message });
       console.error("tslock worker: unexpected error", err && err.stack ? err.stack : err);
       return reply(500, { error: "internal error in the tslock Worker; see its logs" });
     }
@@ -457,8 +618,18 @@ export class LockObject extends DurableObject {
       released INTEGER NOT NULL DEFAULT 0,
       token TEXT NOT NULL DEFAULT '',
       token_fingerprint TEXT NOT NULL DEFAULT '',
-      version INTEGER NOT NULL DEFAULT 0
+      version INTEGER NOT NULL DEFAULT 0,
+      reported_version INTEGER NOT NULL DEFAULT 0,
+      report_attempts INTEGER NOT NULL DEFAULT 0
     )`);
+    // Objects created by an earlier release lack the report columns: add them (their
+    // last report was awaited, so version 0 acknowledged only means one re-send).
+    const columns = this.sql.exec("PRAGMA table_info(lock_state)").toArray().map((c) => c.name);
+    for (const column of ["reported_version", "report_attempts"]) {
+      if (!columns.includes(column)) {
+        this.sql.exec(`ALTER TABLE lock_state ADD COLUMN ${column} INTEGER NOT NULL DEFAULT 0`);
+      }
+    }
   }
 
   load() {
@@ -509,29 +680,69 @@ export class LockObject extends DurableObject {
   }
 
   // Persist a change (synchronously, so it is atomic with the read that preceded it),
-  // then set the alarm and report to the index. Nothing awaited here can undo the change.
+  // set the alarm, and report to the index WITHOUT waiting: the caller's answer never
+  // depends on the index. Until the index acknowledges this version the alarm is set to
+  // re-send it (at the latest REPORT_RETRY_MS from now).
   async commit(state, now) {
     state.version += 1;
     if (state.lock_until_ms <= now) state.token = "";
     this.save(state);
     const held = LockObject.isHeld(state, now);
+    const retry = now + REPORT_RETRY_MS;
     try {
-      if (held) await this.ctx.storage.setAlarm(state.lock_until_ms);
-      else await this.ctx.storage.deleteAlarm();
+      await this.ctx.storage.setAlarm(held ? Math.min(state.lock_until_ms, retry) : retry);
     } catch (err) {
       console.error("tslock worker: could not set the alarm of", state.name, err);
     }
-    await this.report(state, held ? LockObject.record(state) : null);
+    const version = state.version;
+    // Not awaited: the object stays alive while the call runs, and its alarm covers the
+    // case where it does not finish (the object evicted, the index unreachable).
+    this.deliver(state.name, version, held ? LockObject.record(state) : null).then(
+      () => this.acknowledge(version),
+      (err) => console.error("tslock worker: could not report to the index; the alarm re-sends:", state.name, String(err)),
+    );
   }
 
-  async report(state, record) {
+  // Send one version of the record (null: no current lock) to the shard that owns the
+  // name in each layout it reports to (two while the index is being resharded).
+  async deliver(name, version, record) {
+    const { current, previous } = layouts(this.env);
+    const counts = previous === null ? [current] : [current, previous];
+    await Promise.all(
+      counts.map(async (count) => indexShard(this.env, count, await shardOf(name, count)).update(name, version, record)),
+    );
+  }
+
+  // The index holds `version` (or a newer one): note it, and point the alarm back at
+  // the lock's deadline (or clear it) when nothing newer is waiting to be reported.
+  async acknowledge(version) {
     try {
-      const index = this.env.LOCK_INDEX.get(this.env.LOCK_INDEX.idFromName(INDEX_OBJECT_NAME));
-      await index.update(state.name, state.version, record);
+      const state = this.load();
+      if (state === null || version <= state.reported_version) return;
+      this.sql.exec("UPDATE lock_state SET reported_version = ?, report_attempts = 0 WHERE id = 1", version);
+      if (version !== state.version) return;
+      if (LockObject.isHeld(state, Date.now())) await this.ctx.storage.setAlarm(state.lock_until_ms);
+      else await this.ctx.storage.deleteAlarm();
     } catch (err) {
-      // The lock operation itself succeeded; the next change or the alarm re-sends.
-      console.error("tslock worker: could not update the index for", state.name, err);
+      console.error("tslock worker: could not record the index's acknowledgement of", version, String(err));
     }
+  }
+
+  // The rebuild (POST /v1/reindex) asks for the current record again: an ended lock is
+  // cleared first, as its alarm would; then the record goes to every layout in use.
+  async resend() {
+    const now = Date.now();
+    const state = this.load();
+    if (state === null) return false;
+    if (state.token !== "" && state.lock_until_ms <= now) {
+      state.version += 1;
+      state.token = "";
+      this.save(state);
+    }
+    const held = LockObject.isHeld(state, now);
+    await this.deliver(state.name, state.version, held ? LockObject.record(state) : null);
+    await this.acknowledge(state.version);
+    return true;
   }
 
   async acquire(name, atMost, atLeast, lockedBy) {
@@ -600,27 +811,43 @@ export class LockObject extends DurableObject {
     return { released: true, now_ms: now };
   }
 
+  // Fires at the lock's deadline, or earlier while a report is unacknowledged.
   async alarm() {
     const now = Date.now();
     const state = this.load();
     if (state === null) return;
-    if (LockObject.isHeld(state, now)) {
-      // Extended since the alarm was set: wake up at the new deadline instead.
-      await this.ctx.storage.setAlarm(state.lock_until_ms);
+    if (state.token !== "" && state.lock_until_ms <= now) {
+      // Expired: clear the token; the index must learn that the lock ended.
+      state.version += 1;
+      state.token = "";
+      this.save(state);
+    }
+    const held = LockObject.isHeld(state, now);
+    if (state.reported_version < state.version) {
+      try {
+        await this.deliver(state.name, state.version, held ? LockObject.record(state) : null);
+      } catch (err) {
+        const attempts = state.report_attempts + 1;
+        this.sql.exec("UPDATE lock_state SET report_attempts = ? WHERE id = 1", attempts);
+        const retry = now + Math.min(REPORT_RETRY_MS * 2 ** Math.min(attempts, 5), REPORT_RETRY_MAX_MS);
+        await this.ctx.storage.setAlarm(held ? Math.min(state.lock_until_ms, retry) : retry);
+        console.error("tslock worker: the index is still unreachable for", state.name, String(err));
+        return;
+      }
+      await this.acknowledge(state.version);
       return;
     }
-    // Expired (or already cleared): clear the token and tell the index again, which
-    // also repairs an index update that failed earlier.
-    await this.commit(state, now);
+    // Extended since the alarm was set: wake up at the new deadline instead.
+    if (held) await this.ctx.storage.setAlarm(state.lock_until_ms);
   }
 }
 
 // ---------------------------------------------------------------------------------
-// LockIndex: one instance; the current locks, for listing.
+// LockIndex: one shard of the index; the current locks of the names it owns, for listing.
 //
-// Shaped for sharding by a hash of the name: every lock object reports to the index that
-// owns its name through update(), and query() answers one sorted page of its own rows,
-// so a router can ask every shard the same query and merge their pages by (key, name).
+// Every lock object reports to the shard that owns its name through update(), and
+// query() answers one sorted page of this shard's rows (at most limit + 1, read along
+// an index), which the fetch handler merges with the other shards' pages by (key, name).
 
 // What the table needs beyond the first release's shape, and how to fill it from the
 // record JSON that release stored (an index upgrades itself when it starts).
@@ -687,6 +914,14 @@ export class LockIndex extends DurableObject {
     );
     this.prune(now);
     return true;
+  }
+
+  // Up to `limit` names after `after` (code point order) with a record, for the rebuild.
+  async names(after, limit) {
+    const rows = after === null
+      ? this.sql.exec("SELECT name FROM locks WHERE record IS NOT NULL ORDER BY name LIMIT ?", limit)
+      : this.sql.exec("SELECT name FROM locks WHERE name > ? AND record IS NOT NULL ORDER BY name LIMIT ?", after, limit);
+    return rows.toArray().map((row) => row.name);
   }
 
   // Ended locks become tombstones; old tombstones go. At most once a minute, and both

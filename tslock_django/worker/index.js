@@ -81,6 +81,7 @@ const MAX_REINDEX_BATCH = 500;
 // Tombstones (names whose lock ended) keep their version this long so that a report
 // delayed in flight cannot bring a finished lock back; then they are pruned.
 const TOMBSTONE_KEEP_MS = 10 * 60 * 1000;
+const PRUNE_BATCH = 500;
 
 const encoder = new TextEncoder();
 
@@ -891,6 +892,8 @@ export class LockIndex extends DurableObject {
     }
     this.sql.exec("CREATE INDEX IF NOT EXISTS locks_by_lock_until ON locks (lock_until_ms, name)");
     this.sql.exec("CREATE INDEX IF NOT EXISTS locks_by_locked_at ON locks (locked_at_ms, name)");
+    // Pruning finds old tombstones through this (only tombstones are in it).
+    this.sql.exec("CREATE INDEX IF NOT EXISTS locks_tombstones ON locks (updated_ms) WHERE record IS NULL");
   }
 
   // One statement, so the lock path pays for one write whatever the listing needs.
@@ -924,18 +927,33 @@ export class LockIndex extends DurableObject {
     return rows.toArray().map((row) => row.name);
   }
 
-  // Ended locks become tombstones; old tombstones go. At most once a minute, and both
-  // statements are ranges of the lock_until index (tombstones sit at 0).
+  // Ended locks become tombstones; old tombstones go. At most once a minute and at most
+  // PRUNE_BATCH rows per statement, each a range of an index (lock_until: ended rows sit
+  // between 0 and now; the partial tombstone index by updated_ms). A full batch means
+  // more is left: the next request prunes again instead of waiting a minute.
   prune(now) {
     if (now - this.lastPrune < 60_000) return;
-    this.lastPrune = now;
-    this.sql.exec(
-      `UPDATE locks SET record = NULL, lock_until_ms = 0, locked_at_ms = 0, released = 0, updated_ms = ?
-       WHERE lock_until_ms > 0 AND lock_until_ms <= ?`,
-      now,
-      now,
-    );
-    this.sql.exec("DELETE FROM locks WHERE lock_until_ms = 0 AND updated_ms < ?", now - TOMBSTONE_KEEP_MS);
+    let full = false;
+    for (const { sql, args } of LockIndex.pruneStatements(now)) {
+      full = this.sql.exec(sql, ...args).rowsWritten >= PRUNE_BATCH || full;
+    }
+    if (!full) this.lastPrune = now;
+  }
+
+  static pruneStatements(now) {
+    return [
+      {
+        sql: `UPDATE locks SET record = NULL, lock_until_ms = 0, locked_at_ms = 0, released = 0, updated_ms = ?
+              WHERE name IN (SELECT name FROM locks INDEXED BY locks_by_lock_until
+                             WHERE lock_until_ms > 0 AND lock_until_ms <= ? LIMIT ?)`,
+        args: [now, now, PRUNE_BATCH],
+      },
+      {
+        sql: `DELETE FROM locks WHERE name IN (SELECT name FROM locks INDEXED BY locks_tombstones
+              WHERE record IS NULL AND updated_ms < ? LIMIT ?)`,
+        args: [now - TOMBSTONE_KEEP_MS, PRUNE_BATCH],
+      },
+    ];
   }
 
   // One page of a query made by parseListing(): rows {name, key, record (JSON text)} in

@@ -8,11 +8,17 @@ counted by that wrapper on the client side (the Worker does not count requests).
 
 from __future__ import annotations
 
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.stats import interleave, ratios
+from bench.stats import interleave, percentile, ratios, summary
 
 
 class CountingTransport(httpx.BaseTransport):
@@ -113,3 +119,186 @@ def count_requests(provider: Any, counted: CountingTransport) -> dict[str, int]:
     measure("unlock", held.unlock)
     measure("list_locks", lambda: provider.list_locks(prefix="bench-do-"))
     return counts
+
+
+# -- the index off the lock path, sharded (issue 10) --------------------------------------
+
+BENCH_WORKER = Path(__file__).resolve().parent / "worker"
+#: As the exported wrangler.jsonc sets it.
+SHARDS = "16"
+CLIENT_COUNTS = (1, 4, 16)
+
+
+def _variant(folder: Path, wrapper: str | None) -> Path:
+    """The shipped index.js, and the bench wrapper beside it (returns the module to run)."""
+    from tslock_django.worker.export import WORKER_DIR
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
+    if wrapper is None:
+        return folder / "index.js"
+    shutil.copy(BENCH_WORKER / wrapper, folder / wrapper)
+    return folder / wrapper
+
+
+def run_index(rounds: int, seconds: float, sizes: tuple[int, ...]) -> dict[str, Any]:
+    """Latency and throughput with the index against the no-index variant, then listings."""
+    from tslock_django.testing.worker_runtime import LocalWorker
+
+    with tempfile.TemporaryDirectory(prefix="tslock-dobench-") as scratch:
+        root = Path(scratch)
+        shipped = LocalWorker(script=_variant(root / "shipped", None), variables={"TSLOCK_INDEX_SHARDS": SHARDS})
+        bare = LocalWorker(script=_variant(root / "bare", "no_index.js"), variables={"TSLOCK_INDEX_SHARDS": SHARDS})
+        with shipped, bare:
+            workers = {"with index": shipped, "no index": bare}
+            lock_path = _lock_path(workers, rounds, seconds)
+        filler = LocalWorker(script=_variant(root / "fill", "fill.js"), variables={"TSLOCK_INDEX_SHARDS": SHARDS})
+        with filler:
+            listing = _listing(filler, sizes, rounds)
+    return {**lock_path, "listing": listing, "shards": int(SHARDS)}
+
+
+def _provider(worker: Any, label: str) -> Any:
+    from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
+
+    return DurableObjectLockProvider(label, url=worker.url, token=worker.token, timeout=10.0)
+
+
+def _cycler(provider: Any, names: list[str]) -> Any:
+    from tslock_django import LockConfiguration
+
+    configs = [LockConfiguration(name, "1m") for name in names]
+    position = [0]
+
+    def cycle() -> None:
+        config = configs[position[0] % len(configs)]
+        position[0] += 1
+        held = provider.lock(config)
+        if held is None or not held.unlock():
+            raise RuntimeError(f"{config.name}: the free lock was not granted or not released")
+
+    return cycle
+
+
+def _lock_path(workers: dict[str, Any], rounds: int, seconds: float) -> dict[str, Any]:
+    providers = {label: [_provider(w, label) for _ in range(max(CLIENT_COUNTS))] for label, w in workers.items()}
+    try:
+        # Latency: one client, acquire+unlock on 64 distinct names in turn.
+        cycles = {label: _cycler(ps[0], [f"lat-{i}" for i in range(64)]) for label, ps in providers.items()}
+        latency = interleave(cycles, rounds=rounds, seconds=seconds)
+        ms = {label: 1000 / r["median"] for label, r in latency.items()}
+        throughput: dict[str, Any] = {}
+        for clients in CLIENT_COUNTS:
+            rates: dict[str, list[float]] = {label: [] for label in workers}
+            for round_ in range(max(3, rounds // 3)):
+                order = list(workers) if round_ % 2 == 0 else list(reversed(workers))
+                for label in order:
+                    rates[label].append(_parallel(providers[label][:clients], clients, seconds * 3, round_))
+            throughput[str(clients)] = {label: summary(values) for label, values in rates.items()}
+            throughput[str(clients)]["with_over_without"] = (
+                throughput[str(clients)]["with index"]["median"] / throughput[str(clients)]["no index"]["median"]
+            )
+    finally:
+        for ps in providers.values():
+            for p in ps:
+                p.close()
+    return {
+        "latency": latency,
+        "latency_ms_per_cycle": ms,
+        "latency_with_over_without": ms["with index"] / ms["no index"],
+        "throughput_cycles_per_s": throughput,
+    }
+
+
+def _parallel(providers: list[Any], clients: int, seconds: float, round_: int) -> float:
+    """Cycles per second of ``clients`` threads, each on 32 names of its own."""
+    counts = [0] * clients
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def client(index: int) -> None:
+        cycle = _cycler(providers[index], [f"tp-{clients}-{index}-{j}" for j in range(32)])
+        try:
+            while not stop.is_set():
+                cycle()
+                counts[index] += 1
+        except BaseException as err:  # reported below, not swallowed
+            failures.append(err)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"a client failed: {failures[0]!r}")
+    return sum(counts) / elapsed
+
+
+def _fill(api: httpx.Client, start: int, stop: int, now_ms: int) -> None:
+    batch = 2000
+    for first in range(start, stop, batch):
+        rows = []
+        for i in range(first, min(first + batch, stop)):
+            name = f"fill/{i % 4:02d}/{i:06d}"
+            rows.append(
+                {
+                    "name": name,
+                    "locked_at_ms": now_ms - i,
+                    "lock_until_ms": now_ms + 3_600_000 + i,
+                    "at_least_until_ms": now_ms,
+                    "locked_by": "bench",
+                    "fencing_token": 1,
+                    "released": i % 3 == 0,
+                    "token_fingerprint": "00000000",
+                }
+            )
+        answer = api.post("/bench/fill", json={"shards": int(SHARDS), "rows": rows})
+        answer.raise_for_status()
+
+
+def _listing(worker: Any, sizes: tuple[int, ...], rounds: int) -> dict[str, Any]:
+    from tslock_django.core.query import LockQuery
+
+    provider = _provider(worker, "listing")
+    pages = {
+        "prefix page": LockQuery(prefix="fill/03/", limit=100),
+        "admin first page": LockQuery(order="name", limit=100),
+    }
+    found: dict[str, Any] = {}
+    filled = 0
+    try:
+        with httpx.Client(
+            base_url=worker.url, headers={"Authorization": f"Bearer {worker.token}"}, timeout=600
+        ) as api:
+            for size in sizes:
+                started = time.perf_counter()
+                _fill(api, filled, size, int(time.time() * 1000))
+                fill_s = time.perf_counter() - started
+                filled = size
+                found[str(size)] = {"fill_seconds": round(fill_s, 2)}
+                for label, query in pages.items():
+                    page = provider.query(query)
+                    if len(page.records) != 100 or page.next_cursor is None:
+                        raise RuntimeError(f"{label} at {size}: {len(page.records)} records; the fill did not land")
+                    timings = []
+                    for _ in range(max(rounds, 5) * 3):
+                        t0 = time.perf_counter()
+                        provider.query(query)
+                        timings.append((time.perf_counter() - t0) * 1000)
+                    found[str(size)][label] = {
+                        "median_ms": statistics.median(timings),
+                        "p10_ms": percentile(timings, 0.1),
+                        "p90_ms": percentile(timings, 0.9),
+                    }
+    finally:
+        provider.close()
+    small, large = found[str(sizes[0])], found[str(sizes[-1])]
+    found["large_over_small"] = {
+        label: large[label]["median_ms"] / small[label]["median_ms"] for label in pages
+    }
+    return found

@@ -606,6 +606,12 @@ export class LockObject extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
+    // In memory only, for this object's lifetime: when the pending alarm fires (undefined:
+    // not known), reports sent and not yet answered, and the
+    // last version the index acknowledged with whether it was a current lock.
+    this.alarmAt = undefined;
+    this.inFlight = 0;
+    this.indexHas = undefined;
     // One row (id = 1). token = '' means nobody holds the lock. fencing_token and
     // version only ever grow, across expiry and force-release alike.
     this.sql.exec(`CREATE TABLE IF NOT EXISTS lock_state (
@@ -680,28 +686,67 @@ export class LockObject extends DurableObject {
     return record;
   }
 
-  // Persist a change (synchronously, so it is atomic with the read that preceded it),
-  // set the alarm, and report to the index WITHOUT waiting: the caller's answer never
-  // depends on the index. Until the index acknowledges this version the alarm is set to
-  // re-send it (at the latest REPORT_RETRY_MS from now).
+  // Persist a change (synchronously, so it is atomic with the read that preceded it)
+  // and answer: the index is told afterwards, without the answer waiting for it. Until the index acknowledges the
+  // current version an alarm is pending at the latest REPORT_RETRY_MS from now, and it
+  // re-sends whatever did not land (the object evicted, the index unreachable).
   async commit(state, now) {
     state.version += 1;
     if (state.lock_until_ms <= now) state.token = "";
     this.save(state);
-    const held = LockObject.isHeld(state, now);
     const retry = now + REPORT_RETRY_MS;
-    try {
-      await this.ctx.storage.setAlarm(held ? Math.min(state.lock_until_ms, retry) : retry);
-    } catch (err) {
-      console.error("tslock worker: could not set the alarm of", state.name, err);
+    const wake = LockObject.isHeld(state, now) ? Math.min(state.lock_until_ms, retry) : retry;
+    // An alarm already due sooner serves as well (the handler re-arms it): one alarm
+    // write per burst instead of one per change.
+    if (!(this.alarmAt > now && this.alarmAt <= wake)) {
+      try {
+        await this.ctx.storage.setAlarm(wake);
+        this.alarmAt = wake;
+      } catch (err) {
+        this.alarmAt = undefined;
+        console.error("tslock worker: could not set the alarm of", state.name, err);
+      }
     }
+    // Started before the answer leaves but not awaited: the call is on its way to the
+    // index before the caller can ask for a listing, and the answer does not wait for it.
+    this.report();
+  }
+
+  // Send the current version unless the index has it. A lock that is not current and
+  // whose last acknowledged report (in this object's lifetime, nothing since in flight)
+  // was "no lock" needs no report: the index already lists nothing for the name, and no
+  // older report can land after that acknowledgement and win (versions).
+  report() {
+    const state = this.load();
+    if (state === null || state.reported_version >= state.version) return;
+    const live = LockObject.isHeld(state, Date.now());
     const version = state.version;
-    // Not awaited: the object stays alive while the call runs, and its alarm covers the
-    // case where it does not finish (the object evicted, the index unreachable).
-    this.deliver(state.name, version, held ? LockObject.record(state) : null).then(
-      () => this.acknowledge(version),
-      (err) => console.error("tslock worker: could not report to the index; the alarm re-sends:", state.name, String(err)),
-    );
+    if (!live && this.inFlight === 0 && this.indexHas !== undefined && !this.indexHas.live) {
+      this.noteAcknowledged(version, false);
+      return;
+    }
+    this.inFlight += 1;
+    this.deliver(state.name, version, live ? LockObject.record(state) : null)
+      .then(
+        () => this.noteAcknowledged(version, live),
+        (err) => console.error("tslock worker: could not report to the index; the alarm re-sends:", state.name, String(err)),
+      )
+      .finally(() => {
+        this.inFlight -= 1;
+      });
+  }
+
+  noteAcknowledged(version, live) {
+    try {
+      this.sql.exec(
+        "UPDATE lock_state SET reported_version = ?, report_attempts = 0 WHERE id = 1 AND reported_version < ?",
+        version,
+        version,
+      );
+      if (this.indexHas === undefined || version > this.indexHas.version) this.indexHas = { version, live };
+    } catch (err) {
+      console.error("tslock worker: could not record the index's acknowledgement of", version, String(err));
+    }
   }
 
   // Send one version of the record (null: no current lock) to the shard that owns the
@@ -712,21 +757,6 @@ export class LockObject extends DurableObject {
     await Promise.all(
       counts.map(async (count) => indexShard(this.env, count, await shardOf(name, count)).update(name, version, record)),
     );
-  }
-
-  // The index holds `version` (or a newer one): note it, and point the alarm back at
-  // the lock's deadline (or clear it) when nothing newer is waiting to be reported.
-  async acknowledge(version) {
-    try {
-      const state = this.load();
-      if (state === null || version <= state.reported_version) return;
-      this.sql.exec("UPDATE lock_state SET reported_version = ?, report_attempts = 0 WHERE id = 1", version);
-      if (version !== state.version) return;
-      if (LockObject.isHeld(state, Date.now())) await this.ctx.storage.setAlarm(state.lock_until_ms);
-      else await this.ctx.storage.deleteAlarm();
-    } catch (err) {
-      console.error("tslock worker: could not record the index's acknowledgement of", version, String(err));
-    }
   }
 
   // The rebuild (POST /v1/reindex) asks for the current record again: an ended lock is
@@ -741,9 +771,19 @@ export class LockObject extends DurableObject {
       this.save(state);
     }
     const held = LockObject.isHeld(state, now);
-    await this.deliver(state.name, state.version, held ? LockObject.record(state) : null);
-    await this.acknowledge(state.version);
+    await this.send(state, held);
     return true;
+  }
+
+  // Deliver and note the acknowledgement, awaited (the alarm and the rebuild).
+  async send(state, live) {
+    this.inFlight += 1;
+    try {
+      await this.deliver(state.name, state.version, live ? LockObject.record(state) : null);
+    } finally {
+      this.inFlight -= 1;
+    }
+    this.noteAcknowledged(state.version, live);
   }
 
   async acquire(name, atMost, atLeast, lockedBy) {
@@ -814,6 +854,7 @@ export class LockObject extends DurableObject {
 
   // Fires at the lock's deadline, or earlier while a report is unacknowledged.
   async alarm() {
+    this.alarmAt = undefined;
     const now = Date.now();
     const state = this.load();
     if (state === null) return;
@@ -826,20 +867,24 @@ export class LockObject extends DurableObject {
     const held = LockObject.isHeld(state, now);
     if (state.reported_version < state.version) {
       try {
-        await this.deliver(state.name, state.version, held ? LockObject.record(state) : null);
+        await this.send(state, held);
       } catch (err) {
         const attempts = state.report_attempts + 1;
         this.sql.exec("UPDATE lock_state SET report_attempts = ? WHERE id = 1", attempts);
         const retry = now + Math.min(REPORT_RETRY_MS * 2 ** Math.min(attempts, 5), REPORT_RETRY_MAX_MS);
-        await this.ctx.storage.setAlarm(held ? Math.min(state.lock_until_ms, retry) : retry);
+        await this.setAlarmAt(held ? Math.min(state.lock_until_ms, retry) : retry);
         console.error("tslock worker: the index is still unreachable for", state.name, String(err));
         return;
       }
-      await this.acknowledge(state.version);
-      return;
     }
-    // Extended since the alarm was set: wake up at the new deadline instead.
-    if (held) await this.ctx.storage.setAlarm(state.lock_until_ms);
+    // Still current (or extended since): wake up at its deadline.
+    const latest = this.load();
+    if (LockObject.isHeld(latest, Date.now())) await this.setAlarmAt(latest.lock_until_ms);
+  }
+
+  async setAlarmAt(when) {
+    await this.ctx.storage.setAlarm(when);
+    this.alarmAt = when;
   }
 }
 

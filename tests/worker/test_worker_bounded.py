@@ -19,9 +19,10 @@ def test_pruning_walks_indexes_in_batches(tmp_path: Path) -> None:
     require_node()
     shutil.copy(WORKER_DIR / "index.js", tmp_path / "index.js")
     shutil.copy(PRUNE_PROBE, tmp_path / "probe.js")
-    with LocalWorker(script=tmp_path / "probe.js", variables={"TSLOCK_INDEX_SHARDS": "1"}) as worker, client(
-        worker
-    ) as api:
+    with (
+        LocalWorker(script=tmp_path / "probe.js", variables={"TSLOCK_INDEX_SHARDS": "1"}) as worker,
+        client(worker) as api,
+    ):
         plan: list[str] = query(api)["locks"]
     assert len(plan) >= 4, plan
     scans = [step for step in plan if step.startswith("SCAN") and "INDEX" not in step]

@@ -78,7 +78,9 @@ def test_lost_reports_are_re_sent_by_the_alarm(api: httpx.Client) -> None:
     assert api.post("/v1/unlock", json={"name": base + "gone", "token": gone["token"]}).json()["released"]
     assert listed(api, base) == {}
     fault(api, "none")
-    wait_until(lambda: set(listed(api, base)) == {base + "kept"}, what="the alarm to re-send", timeout=CONVERGED)
+    wait_until(
+        lambda: set(listed(api, base)) == {base + "kept"}, what="the alarm to re-send", timeout=CONVERGED
+    )
     assert listed(api, base)[base + "kept"]["lock_until_ms"] == kept["lock_until_ms"]
 
 
@@ -138,7 +140,11 @@ def test_sixteen_clients_churning_the_same_names_converge(sharded: LocalWorker) 
         with client(sharded) as api:
             for _ in range(25):
                 name = rng.choice(names)
-                body = {"name": name, "lock_at_most_for_ms": 60_000, "lock_at_least_for_ms": rng.choice([0, 0, 30_000])}
+                body = {
+                    "name": name,
+                    "lock_at_most_for_ms": 60_000,
+                    "lock_at_least_for_ms": rng.choice([0, 0, 30_000]),
+                }
                 answer = api.post("/v1/acquire", json=body)
                 if answer.status_code != 200:
                     errors.append(answer.text)

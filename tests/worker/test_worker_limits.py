@@ -72,7 +72,9 @@ def test_the_largest_valid_request_fits(api: httpx.Client) -> None:
         ("POST", "/v1/reindex"),
     ],
 )
-def test_without_the_token_everything_but_health_is_401(local_worker: LocalWorker, method: str, path: str) -> None:
+def test_without_the_token_everything_but_health_is_401(
+    local_worker: LocalWorker, method: str, path: str
+) -> None:
     with httpx.Client(base_url=local_worker.url, timeout=10) as anonymous:
         response = anonymous.request(method, path, json={"name": "x"})
         assert response.status_code == 401

@@ -21,7 +21,20 @@ from tslock_django.testing.worker_runtime import LocalWorker
 SHARDS = 4
 # Code points where UTF-16 order and code point order disagree (U+E000..U+FFFF against
 # astral characters), next to plain ASCII.
-SUFFIXES = ["a", "B", "z", "\ue000", "\uffff", "\U0001f600", "\U00010000", "é", "a\U0001f600", "a\uffff", "0", "~"]
+SUFFIXES = [
+    "a",
+    "B",
+    "z",
+    "\ue000",
+    "\uffff",
+    "\U0001f600",
+    "\U00010000",
+    "é",
+    "a\U0001f600",
+    "a\uffff",
+    "0",
+    "~",
+]
 
 
 def shard_of(name: str, count: int) -> int:
@@ -42,7 +55,9 @@ def spread(sharded: LocalWorker) -> Iterator[tuple[httpx.Client, str, dict[str, 
         records = {}
         for i, suffix in enumerate(SUFFIXES * 3):
             name = f"{base}{suffix}{i // len(SUFFIXES)}"
-            records[name] = acquire(api, name, at_most=60_000 + (i * 7919) % 5000, at_least=30_000 * (i % 2))["record"]
+            records[name] = acquire(api, name, at_most=60_000 + (i * 7919) % 5000, at_least=30_000 * (i % 2))[
+                "record"
+            ]
         for i, name in enumerate(sorted(records)):
             if i % 3 == 0:
                 api.post("/v1/unlock", json={"name": name, "token": records[name]["token"]})
@@ -78,7 +93,9 @@ def test_states_and_search_across_shards(spread: tuple[httpx.Client, str, dict[s
     held = names(api, prefix=base, states="held")
     assert held == [r["name"] for r in everything if not r["released"]]
     assert names(api, prefix=base, states="at_least") == [r["name"] for r in everything if r["released"]]
-    assert names(api, prefix=base, search="A", search_skip=len(base)) == [r["name"] for r in everything if "a" in r["name"][len(base) :].lower()]
+    assert names(api, prefix=base, search="A", search_skip=len(base)) == [
+        r["name"] for r in everything if "a" in r["name"][len(base) :].lower()
+    ]
 
 
 # -- resharding ------------------------------------------------------------------------
@@ -116,7 +133,9 @@ def test_changing_the_shard_count_keeps_the_listing(tmp_path: Path) -> None:
     with worker, client(worker) as api:
         tokens = {}
         for i, name in enumerate(all_names):
-            tokens[name] = acquire(api, name, at_most=120_000, at_least=60_000 * (i % 3 == 0))["record"]["token"]
+            tokens[name] = acquire(api, name, at_most=120_000, at_least=60_000 * (i % 3 == 0))["record"][
+                "token"
+            ]
         for name in all_names[::4]:
             api.post("/v1/unlock", json={"name": name, "token": tokens[name]})
         before = names(api, prefix=base)

@@ -10,10 +10,12 @@
 // Durable Objects cannot be enumerated, so each LockObject reports every change to the
 // index: N LockIndex objects (shards, N = the TSLOCK_INDEX_SHARDS variable), the shard of
 // a name chosen by a hash of it. A report is tagged with a per-name version so that a
-// late or reordered one never overwrites a newer one. The lock object answers its caller
-// first and reports afterwards; it records which version the index acknowledged and its
-// alarm re-sends a report that did not land (see "Staleness" below). GET /v1/locks asks
-// every shard for one page and merges them.
+// late or reordered one never overwrites a newer one. The lock object starts its report
+// and answers its caller without waiting for it; it records which version the index
+// acknowledged and its alarm re-sends a report that did not land (see "Staleness"
+// below). GET /v1/locks asks every shard for one page (each reads at most limit + 1
+// rows along an index; a search or state filter skips non-matching entries on the way)
+// and merges them.
 //
 // Staleness: a listing shows what the index holds, filtered by lock_until at read time,
 // so it never shows an expired lock as current. A change (taken, released, extended)

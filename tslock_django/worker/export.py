@@ -60,7 +60,9 @@ Upgrading tslock-django: deploy this folder's Worker first, then upgrade the app
 index object upgrades its table in place when it starts (no data is lost, locks stay
 held), and the new Worker still answers the listing requests of the previous release.
 An app upgraded before its Worker gets an error asking to redeploy when it lists locks;
-taking and releasing locks work either way.
+taking and releasing locks work either way. Coming from a release whose wrangler.jsonc
+has no TSLOCK_INDEX_SHARDS (one index object), deploy the first time with
+"TSLOCK_INDEX_SHARDS_PREVIOUS": "1" added and follow "Changing N" below from step 2.
 
 ## The index and its shard count N
 

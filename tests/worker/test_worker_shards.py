@@ -185,8 +185,9 @@ def test_without_the_rebuild_the_new_layout_is_incomplete(tmp_path: Path) -> Non
     with worker, client(worker) as api:
         acquire(api, "skip/a")
         wait_until(lambda: names(api, prefix="skip/") == ["skip/a"], what="the report")
-        # Acknowledged, so no alarm re-sends it to the new layout below.
-        time.sleep(0.2)
+        # Past the commit's 1 s retry alarm: it found the report acknowledged and moved
+        # to the lock's deadline, so nothing re-sends it to the new layout below.
+        time.sleep(1.5)
     worker.variables = {"TSLOCK_INDEX_SHARDS": "4"}
     with worker, client(worker) as api:
         assert names(api, prefix="skip/") == []

@@ -608,11 +608,15 @@ export class LockObject extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    // In memory only, for this object's lifetime: when the pending alarm fires (undefined:
-    // not known), reports sent and not yet answered, and the
-    // last version the index acknowledged with whether it was a current lock.
+    // In memory only, for this object's lifetime (no storage write on the lock path for
+    // them): when the pending alarm fires (undefined: not known), reports sent and not
+    // yet answered, failed re-sends in a row, and the last version the index acknowledged
+    // with whether it was a current lock. After a restart nothing is known to be
+    // acknowledged, so the alarm re-sends the current version once: harmless, as
+    // reports are idempotent.
     this.alarmAt = undefined;
     this.inFlight = 0;
+    this.attempts = 0;
     this.indexHas = undefined;
     // One row (id = 1). token = '' means nobody holds the lock. fencing_token and
     // version only ever grow, across expiry and force-release alike.
@@ -627,18 +631,8 @@ export class LockObject extends DurableObject {
       released INTEGER NOT NULL DEFAULT 0,
       token TEXT NOT NULL DEFAULT '',
       token_fingerprint TEXT NOT NULL DEFAULT '',
-      version INTEGER NOT NULL DEFAULT 0,
-      reported_version INTEGER NOT NULL DEFAULT 0,
-      report_attempts INTEGER NOT NULL DEFAULT 0
+      version INTEGER NOT NULL DEFAULT 0
     )`);
-    // Objects created by an earlier release lack the report columns: add them (their
-    // last report was awaited, so version 0 acknowledged only means one re-send).
-    const columns = this.sql.exec("PRAGMA table_info(lock_state)").toArray().map((c) => c.name);
-    for (const column of ["reported_version", "report_attempts"]) {
-      if (!columns.includes(column)) {
-        this.sql.exec(`ALTER TABLE lock_state ADD COLUMN ${column} INTEGER NOT NULL DEFAULT 0`);
-      }
-    }
   }
 
   load() {
@@ -720,7 +714,7 @@ export class LockObject extends DurableObject {
   // older report can land after that acknowledgement and win (versions).
   report() {
     const state = this.load();
-    if (state === null || state.reported_version >= state.version) return;
+    if (state === null || this.acknowledged(state)) return;
     const live = LockObject.isHeld(state, Date.now());
     const version = state.version;
     if (!live && this.inFlight === 0 && this.indexHas !== undefined && !this.indexHas.live) {
@@ -739,16 +733,12 @@ export class LockObject extends DurableObject {
   }
 
   noteAcknowledged(version, live) {
-    try {
-      this.sql.exec(
-        "UPDATE lock_state SET reported_version = ?, report_attempts = 0 WHERE id = 1 AND reported_version < ?",
-        version,
-        version,
-      );
-      if (this.indexHas === undefined || version > this.indexHas.version) this.indexHas = { version, live };
-    } catch (err) {
-      console.error("tslock worker: could not record the index's acknowledgement of", version, String(err));
-    }
+    if (this.indexHas === undefined || version > this.indexHas.version) this.indexHas = { version, live };
+    this.attempts = 0;
+  }
+
+  acknowledged(state) {
+    return this.indexHas !== undefined && this.indexHas.version >= state.version;
   }
 
   // Send one version of the record (null: no current lock) to the shard that owns the
@@ -867,13 +857,12 @@ export class LockObject extends DurableObject {
       this.save(state);
     }
     const held = LockObject.isHeld(state, now);
-    if (state.reported_version < state.version) {
+    if (!this.acknowledged(state)) {
       try {
         await this.send(state, held);
       } catch (err) {
-        const attempts = state.report_attempts + 1;
-        this.sql.exec("UPDATE lock_state SET report_attempts = ? WHERE id = 1", attempts);
-        const retry = now + Math.min(REPORT_RETRY_MS * 2 ** Math.min(attempts, 5), REPORT_RETRY_MAX_MS);
+        this.attempts += 1;
+        const retry = now + Math.min(REPORT_RETRY_MS * 2 ** Math.min(this.attempts, 5), REPORT_RETRY_MAX_MS);
         await this.setAlarmAt(held ? Math.min(state.lock_until_ms, retry) : retry);
         console.error("tslock worker: the index is still unreachable for", state.name, String(err));
         return;

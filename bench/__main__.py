@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             print("durable objects (local workerd) ...", file=sys.stderr, flush=True)
             from bench import dobench
 
-            report["do"] = dobench.run(rounds, seconds)
+            report["do"] = dobench.run(rounds, seconds, (500, 5_000) if args.quick else (500, 50_000))
     if "kv" in sections:
         report["kv"] = child("bench.kvbench")
     if "redis" in sections:
@@ -165,6 +165,9 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         found["durable objects: time per operation <= 1.2x raw httpx"] = _target(
             do["tslock_time_over_raw"], 1.2, "<="
         )
+    from bench import dobench
+
+    found.update(dobench.targets(do))
     found.update(scale_targets(report.get("scale", {}).get("postgres")))
     from bench import redisbench
 
@@ -231,6 +234,9 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"  {name:<12} {r['median']:.2f} ms  ({r['p90']:.2f}-{r['p10']:.2f})")
         lines.append(f"  tslock time / raw time: {do['tslock_time_over_raw']:.2f}x")
         lines.append(f"  HTTP requests per operation: {do['requests_per_operation']}")
+        from bench import dobench
+
+        lines += dobench.render(do)
     kv = report.get("kv")
     if kv:
         lines += ["", "Workers KV requests per operation (counted by the fake)"]

@@ -8,11 +8,17 @@ counted by that wrapper on the client side (the Worker does not count requests).
 
 from __future__ import annotations
 
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.stats import interleave, ratios
+from bench.stats import interleave, percentile, ratios, summary
 
 
 class CountingTransport(httpx.BaseTransport):
@@ -31,7 +37,14 @@ class CountingTransport(httpx.BaseTransport):
         self.inner.close()
 
 
-def run(rounds: int, seconds: float) -> dict[str, Any]:
+def run(rounds: int, seconds: float, sizes: tuple[int, ...] = (500, 50_000)) -> dict[str, Any]:
+    """The Python side against raw httpx, then the index's cost and listings (``index``)."""
+    report = run_client(rounds, seconds)
+    report["index"] = run_index(rounds, seconds, sizes)
+    return report
+
+
+def run_client(rounds: int, seconds: float) -> dict[str, Any]:
     from tslock_django import LockConfiguration
     from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
     from tslock_django.providers.http import PooledClient
@@ -113,3 +126,269 @@ def count_requests(provider: Any, counted: CountingTransport) -> dict[str, int]:
     measure("unlock", held.unlock)
     measure("list_locks", lambda: provider.list_locks(prefix="bench-do-"))
     return counts
+
+
+# -- the index off the lock path, sharded (issue 10) --------------------------------------
+
+BENCH_WORKER = Path(__file__).resolve().parent / "worker"
+#: As the exported wrangler.jsonc sets it.
+SHARDS = "16"
+CLIENT_COUNTS = (1, 4, 16)
+#: The pause after each timed latency cycle.
+LATENCY_PAUSE_S = 0.01
+
+
+def _variant(folder: Path, wrapper: str | None) -> Path:
+    """The shipped index.js, and the bench wrapper beside it (returns the module to run)."""
+    from tslock_django.worker.export import WORKER_DIR
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
+    if wrapper is None:
+        return folder / "index.js"
+    shutil.copy(BENCH_WORKER / wrapper, folder / wrapper)
+    return folder / wrapper
+
+
+def run_index(rounds: int, seconds: float, sizes: tuple[int, ...]) -> dict[str, Any]:
+    """Latency and throughput with the index against the no-index variant, then listings."""
+    from tslock_django.testing.worker_runtime import LocalWorker
+
+    with tempfile.TemporaryDirectory(prefix="tslock-dobench-") as scratch:
+        root = Path(scratch)
+        shipped = LocalWorker(
+            script=_variant(root / "shipped", None), variables={"TSLOCK_INDEX_SHARDS": SHARDS}
+        )
+        bare = LocalWorker(
+            script=_variant(root / "bare", "no_index.js"), variables={"TSLOCK_INDEX_SHARDS": SHARDS}
+        )
+        with shipped, bare:
+            workers = {"with index": shipped, "no index": bare}
+            lock_path = _lock_path(workers, rounds, seconds)
+        filler = LocalWorker(
+            script=_variant(root / "fill", "fill.js"), variables={"TSLOCK_INDEX_SHARDS": SHARDS}
+        )
+        with filler:
+            listing = _listing(filler, sizes, rounds)
+    return {**lock_path, "listing": listing, "shards": int(SHARDS)}
+
+
+def _provider(worker: Any, label: str) -> Any:
+    from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
+
+    return DurableObjectLockProvider(label, url=worker.url, token=worker.token, timeout=10.0)
+
+
+def _cycler(provider: Any, names: list[str]) -> Any:
+    from tslock_django import LockConfiguration
+
+    configs = [LockConfiguration(name, "1m") for name in names]
+    position = [0]
+
+    def cycle() -> None:
+        config = configs[position[0] % len(configs)]
+        position[0] += 1
+        held = provider.lock(config)
+        if held is None or not held.unlock():
+            raise RuntimeError(f"{config.name}: the free lock was not granted or not released")
+
+    return cycle
+
+
+def _lock_path(workers: dict[str, Any], rounds: int, seconds: float) -> dict[str, Any]:
+    providers = {
+        label: [_provider(w, label) for _ in range(max(CLIENT_COUNTS))] for label, w in workers.items()
+    }
+    try:
+        # Latency: what a caller waits for. One client, acquire+unlock on 64 distinct
+        # names in turn, the variants alternating cycle by cycle, each cycle timed alone
+        # and followed by a short pause, so that work a variant does after answering
+        # (the report) is not charged to the next cycle; that work shows in throughput.
+        cycles = {label: _cycler(ps[0], [f"lat-{i}" for i in range(64)]) for label, ps in providers.items()}
+        samples: dict[str, list[float]] = {label: [] for label in cycles}
+        for warm in cycles.values():
+            for _ in range(20):
+                warm()
+        for turn in range(rounds * 20):
+            for label in list(cycles) if turn % 2 == 0 else list(reversed(cycles)):
+                started = time.perf_counter()
+                cycles[label]()
+                samples[label].append((time.perf_counter() - started) * 1000)
+                time.sleep(LATENCY_PAUSE_S)
+        latency = {
+            label: {
+                "median_ms": statistics.median(ms),
+                "p10_ms": percentile(ms, 0.1),
+                "p90_ms": percentile(ms, 0.9),
+                "cycles": len(ms),
+            }
+            for label, ms in samples.items()
+        }
+        ms = {label: r["median_ms"] for label, r in latency.items()}
+        throughput: dict[str, Any] = {}
+        for clients in CLIENT_COUNTS:
+            rates: dict[str, list[float]] = {label: [] for label in workers}
+            for round_ in range(max(3, rounds // 3)):
+                order = list(workers) if round_ % 2 == 0 else list(reversed(workers))
+                for label in order:
+                    rates[label].append(_parallel(providers[label][:clients], clients, seconds * 3, round_))
+            throughput[str(clients)] = {label: summary(values) for label, values in rates.items()}
+            throughput[str(clients)]["with_over_without"] = (
+                throughput[str(clients)]["with index"]["median"]
+                / throughput[str(clients)]["no index"]["median"]
+            )
+    finally:
+        for ps in providers.values():
+            for p in ps:
+                p.close()
+    return {
+        "latency": latency,
+        "latency_ms_per_cycle": ms,
+        "latency_with_over_without": ms["with index"] / ms["no index"],
+        "throughput_cycles_per_s": throughput,
+    }
+
+
+def _parallel(providers: list[Any], clients: int, seconds: float, round_: int) -> float:
+    """Cycles per second of ``clients`` threads, each on 32 names of its own."""
+    counts = [0] * clients
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def client(index: int) -> None:
+        cycle = _cycler(providers[index], [f"tp-{clients}-{index}-{j}" for j in range(32)])
+        try:
+            while not stop.is_set():
+                cycle()
+                counts[index] += 1
+        except Exception as err:  # noqa: BLE001 - re-raised below, after the other threads stop
+            failures.append(err)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"a client failed: {failures[0]!r}")
+    return sum(counts) / elapsed
+
+
+def _fill(api: httpx.Client, start: int, stop: int, now_ms: int) -> None:
+    batch = 2000
+    for first in range(start, stop, batch):
+        rows = []
+        for i in range(first, min(first + batch, stop)):
+            name = f"fill/{i % 4:02d}/{i:06d}"
+            rows.append(
+                {
+                    "name": name,
+                    "locked_at_ms": now_ms - i,
+                    "lock_until_ms": now_ms + 3_600_000 + i,
+                    "at_least_until_ms": now_ms,
+                    "locked_by": "bench",
+                    "fencing_token": 1,
+                    "released": i % 3 == 0,
+                    "token_fingerprint": "00000000",
+                }
+            )
+        answer = api.post("/bench/fill", json={"shards": int(SHARDS), "rows": rows})
+        answer.raise_for_status()
+
+
+def _listing(worker: Any, sizes: tuple[int, ...], rounds: int) -> dict[str, Any]:
+    from tslock_django.core.query import LockQuery
+
+    provider = _provider(worker, "listing")
+    pages = {
+        "prefix page": LockQuery(prefix="fill/03/", limit=100),
+        "admin first page": LockQuery(order="name", limit=100),
+    }
+    found: dict[str, Any] = {}
+    filled = 0
+    try:
+        with httpx.Client(
+            base_url=worker.url, headers={"Authorization": f"Bearer {worker.token}"}, timeout=600
+        ) as api:
+            for size in sizes:
+                started = time.perf_counter()
+                _fill(api, filled, size, int(time.time() * 1000))
+                fill_s = time.perf_counter() - started
+                filled = size
+                found[str(size)] = {"fill_seconds": round(fill_s, 2)}
+                for label, query in pages.items():
+                    # The provider's store call (one request, decoded and checked), without
+                    # the signed cursor, which needs Django settings and costs the same at
+                    # any size.
+                    page = provider._query(query, None)
+                    if len(page.records) != 100 or not page.more:
+                        raise RuntimeError(
+                            f"{label} at {size}: {len(page.records)} records; the fill did not land"
+                        )
+                    timings = []
+                    for _ in range(max(rounds, 5) * 3):
+                        t0 = time.perf_counter()
+                        provider._query(query, None)
+                        timings.append((time.perf_counter() - t0) * 1000)
+                    found[str(size)][label] = {
+                        "median_ms": statistics.median(timings),
+                        "p10_ms": percentile(timings, 0.1),
+                        "p90_ms": percentile(timings, 0.9),
+                    }
+    finally:
+        provider.close()
+    small, large = found[str(sizes[0])], found[str(sizes[-1])]
+    found["large_over_small"] = {
+        label: large[label]["median_ms"] / small[label]["median_ms"] for label in pages
+    }
+    return found
+
+
+def targets(do: dict[str, Any] | None) -> dict[str, Any]:
+    """Issue 10's targets for the index, each with its measured value."""
+    from bench.__main__ import _target
+
+    index = (do or {}).get("index")
+    if not index:
+        return {}
+    found = {
+        "durable objects: acquire+unlock latency with the index <= 1.1x without": _target(
+            index["latency_with_over_without"], 1.1, "<="
+        ),
+        "durable objects: 16-client throughput with the index >= 0.9x without": _target(
+            index["throughput_cycles_per_s"]["16"]["with_over_without"], 0.9, ">="
+        ),
+    }
+    sizes = [k for k in index["listing"] if k.isdigit()]
+    for label, ratio in index["listing"]["large_over_small"].items():
+        found[
+            f"durable objects: {label} at {int(sizes[-1]):,} locks <= 1.5x its time at {int(sizes[0]):,}"
+        ] = _target(ratio, 1.5, "<=")
+    return found
+
+
+def render(do: dict[str, Any] | None) -> list[str]:
+    index = (do or {}).get("index")
+    if not index:
+        return []
+    lines = [
+        "",
+        f"Durable Objects index ({index['shards']} shards) against the same Worker without index reports",
+        "  acquire+unlock, one client, distinct names: "
+        + ", ".join(f"{k} {v:.2f} ms" for k, v in index["latency_ms_per_cycle"].items())
+        + f" ({index['latency_with_over_without']:.2f}x)",
+    ]
+    for clients, r in index["throughput_cycles_per_s"].items():
+        lines.append(
+            f"  {clients:>2} clients: with index {r['with index']['median']:.0f} cycles/s, without "
+            f"{r['no index']['median']:.0f} ({r['with_over_without']:.2f}x)"
+        )
+    for size, r in index["listing"].items():
+        if size.isdigit():
+            pages = ", ".join(f"{k} {v['median_ms']:.1f} ms" for k, v in r.items() if isinstance(v, dict))
+            lines.append(f"  {int(size):>6,} locks (filled in {r['fill_seconds']} s): {pages}")
+    return lines

@@ -91,3 +91,12 @@ def test_the_npm_lockfile_pins_the_runtime() -> None:
     assert re.fullmatch(r"\d+\.\d+\.\d+", pinned), "pin an exact miniflare version (Node 20 support)"
     assert lock["packages"]["node_modules/miniflare"]["version"] == pinned
     assert package["private"] is True
+
+
+def test_the_bundle_sets_the_shard_count_and_tells_how_to_change_it(tmp_path: Path) -> None:
+    write_worker_bundle(tmp_path / "out")
+    config = parse_jsonc((tmp_path / "out" / "wrangler.jsonc").read_text())
+    assert config["vars"] == {"TSLOCK_INDEX_SHARDS": "16"}
+    deploy = (tmp_path / "out" / "DEPLOY.md").read_text()
+    for needed in ("TSLOCK_INDEX_SHARDS_PREVIOUS", "/v1/reindex", "Choosing N", "Staleness", "`next`"):
+        assert needed in deploy, needed

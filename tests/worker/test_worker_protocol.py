@@ -390,4 +390,4 @@ def test_a_refused_request_leaves_the_keep_alive_connection_usable(local_worker:
             refused = client.post("/v1/acquire", json={"name": "x", "lock_at_most_for_ms": 1000})
             assert refused.status_code == 401
             assert client.get("/v1/locks").status_code == 401
-            assert client.post("/v1/nowhere", json={"x": 1}).status_code == 404
+            assert client.post("/v1/nowhere", json={"x": 1}).status_code == 401

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -44,6 +45,8 @@ class LocalWorker:
         install: run ``npm ci`` when ``node_modules`` is missing.
         script: run this Worker module instead of the shipped ``index.js``, with the
             same bindings (tests start an older release of the Worker this way).
+        variables: Worker variables (wrangler.jsonc's ``vars``), e.g.
+            ``{"TSLOCK_INDEX_SHARDS": "16"}``; changing them takes a :meth:`restart`.
 
     Attributes:
         url: the base URL (``http://127.0.0.1:PORT``), set while running.
@@ -58,12 +61,14 @@ class LocalWorker:
         start_timeout: float = 30.0,
         install: bool = True,
         script: str | os.PathLike[str] | None = None,
+        variables: dict[str, str] | None = None,
     ) -> None:
         self.token = secrets.token_urlsafe(24) if token is None else token
         self.persist_dir = Path(persist_dir) if persist_dir is not None else None
         self.start_timeout = start_timeout
         self.install = install
         self.script = Path(script).resolve() if script is not None else None
+        self.variables = dict(variables or {})
         self.url = ""
         self._process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
@@ -105,6 +110,8 @@ class LocalWorker:
             command += ["--persist", str(self.persist_dir)]
         if self.script is not None:
             command += ["--script", str(self.script)]
+        if self.variables:
+            command += ["--vars", json.dumps(self.variables)]
         self._output.clear()
         process = subprocess.Popen(
             command,

@@ -20,7 +20,7 @@ DEPLOY_NOTES = """\
 # Deploying the tslock Worker
 
 This folder holds the companion Worker of tslock-django: one Durable Object per lock
-name (SQLite-backed) and one index object for listing. You need a Cloudflare account
+name (SQLite-backed) and N index objects (shards) for listing. You need a Cloudflare account
 and Node.js; nothing here needs a build step.
 
 1. Choose a long random secret and store it as the Worker's secret (it is never in a file):
@@ -60,7 +60,57 @@ Upgrading tslock-django: deploy this folder's Worker first, then upgrade the app
 index object upgrades its table in place when it starts (no data is lost, locks stay
 held), and the new Worker still answers the listing requests of the previous release.
 An app upgraded before its Worker gets an error asking to redeploy when it lists locks;
-taking and releasing locks work either way.
+taking and releasing locks work either way. Coming from a release whose wrangler.jsonc
+has no TSLOCK_INDEX_SHARDS (one index object), deploy the first time with
+"TSLOCK_INDEX_SHARDS_PREVIOUS": "1" added and follow "Changing N" below from step 2.
+
+## The index and its shard count N
+
+Each lock object answers its caller first and then reports the change to one index
+object, chosen by a hash of the lock name (SHA-256, mod N); a listing asks all N and
+merges their pages. N is `TSLOCK_INDEX_SHARDS` in `wrangler.jsonc` ("16" as written).
+
+Choosing N: one Durable Object handles on the order of a thousand small requests a
+second, and every lock operation (acquire, extend, unlock, force release, expiry) sends
+one report to one shard. Take your peak lock operations per second, divide by 500 and
+round up to a power of two: 16 covers about 8,000 operations a second. More shards cost
+every listing page one call per shard (each reading at most one row more than the page
+holds), so do not raise N far beyond that; 1 is fine for a small deployment.
+
+Staleness: a listing never shows a lock past its lock_until (the index filters by time
+when it reads). A change shows once its report lands, normally milliseconds after the
+caller's answer. If a report is lost (an index object restarting, a network failure),
+the lock object's alarm re-sends it after 1 s, then after 2, 4, 8 and 16 s and every
+30 s while the index stays unreachable; until then a listing can show the previous
+state of that lock: a new lock missing, a released lock still listed, an extended lock
+with its old lock_until.
+
+Changing N on a deployed Worker (also the way to upgrade from a release before shards,
+whose index is the 1-shard layout: use "1" as the old value):
+
+1. Set the new count and keep the old one as previous, then deploy:
+
+       "vars": {{ "TSLOCK_INDEX_SHARDS": "32", "TSLOCK_INDEX_SHARDS_PREVIOUS": "16" }}
+
+   Lock objects now report to both layouts; listings still read the old, complete one.
+
+2. Rebuild the new layout: each call re-sends a batch of lock objects' current records
+   (the names either layout lists); repeat with `after` set to the answer's `next`
+   until `next` is null. Safe to repeat or restart.
+
+       curl -X POST https://{worker_name}.<your-subdomain>.workers.dev/v1/reindex \
+            -H "Authorization: Bearer $TSLOCK_DO_TOKEN" -d '{{"after": null, "limit": 25}}'
+
+   (Each batch makes one call per shard of both layouts plus one per name: keep
+   `limit` small on plans with a low subrequest limit.)
+
+3. Remove `TSLOCK_INDEX_SHARDS_PREVIOUS` and deploy again. Listings now read the new
+   layout. The old index objects are no longer used; if you ever return to that N,
+   follow the same steps (the rebuild also repairs entries the old layout missed).
+
+Skipping step 2 loses the listing of every lock that does not change until it ends;
+taking and releasing locks are never affected by any of this.
+
 Rotating the secret: run step 1 again; clients with the old secret get HTTP 401.
 Logs: the Worker logs only failures (for example an index update that did not go
 through); watch them with `npx wrangler tail`.

@@ -7,9 +7,23 @@
 // argument, no quorum or transaction needed. Deadlines come from the object's own clock;
 // clients send durations only.
 //
-// Durable Objects cannot be enumerated, so each LockObject reports every change to one
-// LockIndex object, tagged with a per-name version so that a late report never
-// overwrites a newer one. GET /v1/locks is answered by the index's query().
+// Durable Objects cannot be enumerated, so each LockObject reports every change to the
+// index: N LockIndex objects (shards, N = the TSLOCK_INDEX_SHARDS variable), the shard of
+// a name chosen by a hash of it. A report is tagged with a per-name version so that a
+// late or reordered one never overwrites a newer one. The lock object starts its report
+// and answers its caller without waiting for it; it records which version the index
+// acknowledged and its alarm re-sends a report that did not land (see "Staleness"
+// below). GET /v1/locks asks every shard for one page (each reads at most limit + 1
+// rows along an index; a search or state filter skips non-matching entries on the way)
+// and merges them.
+//
+// Staleness: a listing shows what the index holds, filtered by lock_until at read time,
+// so it never shows an expired lock as current. A change (taken, released, extended)
+// shows once its report lands: normally a few milliseconds after the answer. A report
+// that fails is re-sent by the lock object's alarm after 1 s, then after 2, 4, 8, 16 and
+// every 30 s while the index stays unreachable; so with the index reachable a listing is
+// at most about 1 s behind a lost report, and the Worker never reports a lock as held
+// past its lock_until.
 //
 // Wire protocol v1 (JSON in and out, names only ever in the JSON body or query string):
 //   GET  /v1/health                          no auth
@@ -18,7 +32,10 @@
 //   POST /v1/unlock        {name, token}
 //   POST /v1/force-release {name, fencing_token?, token?}
 //   GET  /v1/locks?prefix=&search=&search_skip=&states=&order=&desc=&limit=&after_key=&after_name=
-// Every route but health needs "Authorization: Bearer <TSLOCK_TOKEN>" (a wrangler secret).
+//   POST /v1/reindex       {after?, limit?}  re-send a batch of lock objects' records (resharding)
+// Every request but GET /v1/health needs "Authorization: Bearer <TSLOCK_TOKEN>" (a wrangler
+// secret), checked before anything else: an unauthenticated caller learns nothing but 401.
+// Request bodies are at most MAX_BODY_BYTES (413 beyond, before any parsing).
 //
 // GET /v1/locks lists the current locks (the index keeps no expired ones), one page:
 //   prefix      names starting with it, exactly (default: all)
@@ -51,10 +68,22 @@ const MAX_TOKEN_CHARS = 256;
 // About 100 years: keeps now + duration far inside the range of exact integers.
 const MAX_DURATION_MS = 100 * 365 * 24 * 3600 * 1000;
 const MAX_PAGE = 1000;
+// The name of the single index object of the first releases; with N = 1 shard it is still
+// the one index, so a deployment upgraded without setting N keeps its listing.
 const INDEX_OBJECT_NAME = "tslock-index";
+const MAX_SHARDS = 256;
+// The largest valid request body is about 6.5 KiB (a 512-byte name and a 255-character
+// locked_by, both \u-escaped as Python's json does): anything above this is refused unread.
+const MAX_BODY_BYTES = 16 * 1024;
+// A report that did not land is re-sent after 1 s, doubling up to 30 s.
+const REPORT_RETRY_MS = 1000;
+const REPORT_RETRY_MAX_MS = 30_000;
+const REINDEX_BATCH = 25;
+const MAX_REINDEX_BATCH = 500;
 // Tombstones (names whose lock ended) keep their version this long so that a report
 // delayed in flight cannot bring a finished lock back; then they are pruned.
 const TOMBSTONE_KEEP_MS = 10 * 60 * 1000;
+const PRUNE_BATCH = 500;
 
 const encoder = new TextEncoder();
 
@@ -133,10 +162,42 @@ function optionalExpectation(body) {
   return expected;
 }
 
+class TooLarge extends Error {}
+
+// The body as text, refused with TooLarge past MAX_BODY_BYTES: by its Content-Length
+// before reading anything, and by counting while reading (the header may be absent, as
+// with chunked uploads, or wrong).
+async function readBody(request) {
+  const declared = request.headers.get("content-length");
+  if (declared !== null && Number(declared) > MAX_BODY_BYTES) throw new TooLarge();
+  if (request.body === null) return "";
+  const reader = request.body.getReader();
+  const chunks = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > MAX_BODY_BYTES) {
+      await reader.cancel().catch(() => {});
+      throw new TooLarge();
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return new TextDecoder().decode(bytes);
+}
+
 async function readJson(request) {
+  const text = await readBody(request);
   let body;
   try {
-    body = await request.json();
+    body = JSON.parse(text);
   } catch {
     throw new BadRequest("the request body is not valid JSON");
   }
@@ -323,14 +384,112 @@ const ROUTES = {
   "/v1/unlock": "POST",
   "/v1/force-release": "POST",
   "/v1/locks": "GET",
+  "/v1/reindex": "POST",
 };
 
 function lockObject(env, name) {
   return env.LOCKS.get(env.LOCKS.idFromName(name));
 }
 
-function indexObject(env) {
-  return env.LOCK_INDEX.get(env.LOCK_INDEX.idFromName(INDEX_OBJECT_NAME));
+// ---------------------------------------------------------------------------------
+// The index layout: N shards, named so that two layouts never share an object.
+
+class ConfigError extends Error {}
+
+function shardCount(value, variable) {
+  if (value === undefined || value === null || value === "") return null;
+  const count = /^[0-9]{1,3}$/.test(String(value)) ? Number(value) : NaN;
+  if (!(count >= 1 && count <= MAX_SHARDS)) {
+    throw new ConfigError(`${variable} is ${shown(String(value))}; set a whole number from 1 to ${MAX_SHARDS} in wrangler.jsonc`);
+  }
+  return count;
+}
+
+// {current, previous}: the shard counts to report to (both, while a move is under way)
+// and previous (or null), the layout listings read until the move is finished.
+function layouts(env) {
+  const current = shardCount(env.TSLOCK_INDEX_SHARDS, "TSLOCK_INDEX_SHARDS") ?? 1;
+  const previous = shardCount(env.TSLOCK_INDEX_SHARDS_PREVIOUS, "TSLOCK_INDEX_SHARDS_PREVIOUS");
+  return { current, previous: previous === current ? null : previous };
+}
+
+function shardName(count, shard) {
+  return count === 1 ? INDEX_OBJECT_NAME : `${INDEX_OBJECT_NAME}-${shard}-of-${count}`;
+}
+
+function indexShard(env, count, shard) {
+  return env.LOCK_INDEX.get(env.LOCK_INDEX.idFromName(shardName(count, shard)));
+}
+
+// The shard of a name: the first four bytes of SHA-256 of its UTF-8 form, mod N. Stable
+// across releases and runtimes (never JS string hashing).
+async function shardOf(name, count) {
+  if (count === 1) return 0;
+  const digest = await sha256(name);
+  return new DataView(digest.buffer).getUint32(0) % count;
+}
+
+function allShards(env, count) {
+  return Array.from({ length: count }, (_, shard) => indexShard(env, count, shard));
+}
+
+// Names in code point order (SQLite's order for TEXT): JS "<" compares UTF-16 units,
+// which puts U+E000..U+FFFF above astral characters. At the first differing unit, move
+// the surrogates above the rest of the BMP and compare.
+function compareNames(a, b) {
+  const length = Math.min(a.length, b.length);
+  for (let i = 0; i < length; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x !== y) return codeUnitRank(x) - codeUnitRank(y);
+  }
+  return a.length - b.length;
+}
+
+function codeUnitRank(unit) {
+  if (unit >= 0xe000) return unit - 0x800;
+  if (unit >= 0xd800) return unit + 0x2000;
+  return unit;
+}
+
+// One page from the shards of a layout. Names spread evenly over the shards, so a page
+// of `limit` holds about limit / N rows of each: every shard is first asked for a share
+// (twice that, plus a margin), not for limit + 1. A shard whose share ends inside the
+// page (all its rows were used and it has more) is asked again after its last row for a
+// full page; so the page is exact, and usually costs one call per shard reading about
+// two pages' worth of rows in all instead of N pages.
+async function queryLayout(env, count, query) {
+  const shards = allShards(env, count);
+  if (count === 1) return shards[0].query(query);
+  const timeOrder = ORDER_COLUMNS[query.order] !== null;
+  const sign = query.desc ? -1 : 1;
+  const compare = (a, b) => sign * ((timeOrder && a.key !== b.key ? a.key - b.key : 0) || compareNames(a.name, b.name));
+  const share = Math.min(query.limit, Math.ceil((2 * (query.limit + 1)) / count) + 8);
+  const parts = await Promise.all(shards.map((shard) => shard.query({ ...query, limit: share })));
+  let nowMs = Math.max(...parts.map((part) => part.now_ms));
+  for (;;) {
+    const rows = parts.flatMap((part) => part.rows).sort(compare);
+    const boundary = rows.length > query.limit ? rows[query.limit] : null;
+    const short = parts
+      .map((part, index) => ({ part, index }))
+      .filter(({ part }) => {
+        if (!part.more) return false;
+        const last = part.rows[part.rows.length - 1];
+        return boundary === null || compare(last, boundary) <= 0;
+      });
+    if (short.length === 0) {
+      const more = rows.length > query.limit || parts.some((part) => part.more);
+      return { rows: rows.slice(0, query.limit), more, now_ms: nowMs };
+    }
+    await Promise.all(
+      short.map(async ({ part, index }) => {
+        const last = part.rows[part.rows.length - 1];
+        const next = await shards[index].query({ ...query, after: { key: last.key, name: last.name } });
+        parts[index] = { rows: [...part.rows, ...next.rows], more: next.more, now_ms: next.now_ms };
+        nowMs = Math.max(nowMs, next.now_ms);
+      }),
+    );
+  }
 }
 
 // An answer given without reading a small request body can make the runtime reset the
@@ -353,6 +512,15 @@ async function discardBody(request) {
 async function route(request, env) {
   const url = new URL(request.url);
   const method = ROUTES[url.pathname];
+  if (url.pathname === "/v1/health" && request.method === "GET") {
+    return reply(200, { ok: true, version: PROTOCOL_VERSION });
+  }
+  // The token first: without it, every route, method and body gets the same 401.
+  const refused = await checkAuth(request, env);
+  if (refused) {
+    await discardBody(request);
+    return refused;
+  }
   if (method === undefined) {
     await discardBody(request);
     return reply(404, { error: `no route ${url.pathname}` });
@@ -363,21 +531,17 @@ async function route(request, env) {
     answer.headers.set("allow", method);
     return answer;
   }
-  if (url.pathname === "/v1/health") return reply(200, { ok: true, version: PROTOCOL_VERSION });
-
-  const refused = await checkAuth(request, env);
-  if (refused) {
-    await discardBody(request);
-    return refused;
-  }
 
   if (url.pathname === "/v1/locks") {
+    await discardBody(request);
     const query = parseListing(url.searchParams);
-    const page = await indexObject(env).query(query);
-    return listingReply(query, page);
+    const { current, previous } = layouts(env);
+    // While a move is under way the previous layout is the complete one.
+    return listingReply(query, await queryLayout(env, previous ?? current, query));
   }
 
   const body = await readJson(request);
+  if (url.pathname === "/v1/reindex") return reply(200, await reindex(env, body));
   const name = requireName(body);
   const stub = lockObject(env, name);
   switch (url.pathname) {
@@ -396,6 +560,28 @@ async function route(request, env) {
       return reply(200, await stub.forceRelease(name, optionalExpectation(body)));
   }
   return reply(404, { error: `no route ${url.pathname}` });
+}
+
+// POST /v1/reindex {after, limit}: one batch of the rebuild that fills a new layout. It
+// takes the next `limit` names (in code point order, after `after`) that either layout
+// lists, and has each of their lock objects re-send its current record to the layouts it
+// reports to. Answers {resent, next}; call again with after = next until next is null.
+// Re-sending is idempotent (versions), so a batch can be repeated or the walk restarted.
+async function reindex(env, body) {
+  const after = body.after ?? null;
+  if (after !== null && typeof after !== "string") throw new BadRequest('"after" must be a name (a string) or null');
+  const limit = body.limit ?? REINDEX_BATCH;
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_REINDEX_BATCH) {
+    throw new BadRequest(`"limit" must be a whole number from 1 to ${MAX_REINDEX_BATCH}`);
+  }
+  const { current, previous } = layouts(env);
+  const shards = allShards(env, current);
+  if (previous !== null) shards.push(...allShards(env, previous));
+  const lists = await Promise.all(shards.map((shard) => shard.names(after, limit)));
+  const names = [...new Set(lists.flat())].sort(compareNames).slice(0, limit);
+  await Promise.all(names.map((name) => lockObject(env, name).resend()));
+  const more = names.length === limit;
+  return { resent: names.length, next: more ? names[names.length - 1] : null, layout: { current, previous } };
 }
 
 // The index hands back each record as the JSON text it stored: joined, not parsed and
@@ -431,6 +617,10 @@ export default {
       return await route(request, env);
     } catch (err) {
       if (err instanceof BadRequest) return reply(400, { error: err.message });
+      if (err instanceof TooLarge) {
+        return reply(413, { error: `the request body is larger than ${MAX_BODY_BYTES} bytes; tslock requests are small JSON objects` });
+      }
+      if (err instanceof ConfigError) return reply(500, { error: err.message });
       console.error("tslock worker: unexpected error", err && err.stack ? err.stack : err);
       return reply(500, { error: "internal error in the tslock Worker; see its logs" });
     }
@@ -444,6 +634,16 @@ export class LockObject extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
+    // In memory only, for this object's lifetime (no storage write on the lock path for
+    // them): when the pending alarm fires (undefined: not known), reports sent and not
+    // yet answered, failed re-sends in a row, and the last version the index acknowledged
+    // with whether it was a current lock. After a restart nothing is known to be
+    // acknowledged, so the alarm re-sends the current version once: harmless, as
+    // reports are idempotent.
+    this.alarmAt = undefined;
+    this.inFlight = 0;
+    this.attempts = 0;
+    this.indexHas = undefined;
     // One row (id = 1). token = '' means nobody holds the lock. fencing_token and
     // version only ever grow, across expiry and force-release alike.
     this.sql.exec(`CREATE TABLE IF NOT EXISTS lock_state (
@@ -508,30 +708,100 @@ export class LockObject extends DurableObject {
     return record;
   }
 
-  // Persist a change (synchronously, so it is atomic with the read that preceded it),
-  // then set the alarm and report to the index. Nothing awaited here can undo the change.
+  // Persist a change (synchronously, so it is atomic with the read that preceded it)
+  // and answer: the index is told afterwards, without the answer waiting for it. Until the index acknowledges the
+  // current version an alarm is pending at the latest REPORT_RETRY_MS from now, and it
+  // re-sends whatever did not land (the object evicted, the index unreachable).
   async commit(state, now) {
     state.version += 1;
     if (state.lock_until_ms <= now) state.token = "";
     this.save(state);
-    const held = LockObject.isHeld(state, now);
-    try {
-      if (held) await this.ctx.storage.setAlarm(state.lock_until_ms);
-      else await this.ctx.storage.deleteAlarm();
-    } catch (err) {
-      console.error("tslock worker: could not set the alarm of", state.name, err);
+    const retry = now + REPORT_RETRY_MS;
+    const wake = LockObject.isHeld(state, now) ? Math.min(state.lock_until_ms, retry) : retry;
+    // An alarm already due sooner serves as well (the handler re-arms it): one alarm
+    // write per burst instead of one per change.
+    if (!(this.alarmAt > now && this.alarmAt <= wake)) {
+      try {
+        await this.ctx.storage.setAlarm(wake);
+        this.alarmAt = wake;
+      } catch (err) {
+        this.alarmAt = undefined;
+        console.error("tslock worker: could not set the alarm of", state.name, err);
+      }
     }
-    await this.report(state, held ? LockObject.record(state) : null);
+    // Started before the answer leaves but not awaited: the call is on its way to the
+    // index before the caller can ask for a listing, and the answer does not wait for it.
+    this.report();
   }
 
-  async report(state, record) {
-    try {
-      const index = this.env.LOCK_INDEX.get(this.env.LOCK_INDEX.idFromName(INDEX_OBJECT_NAME));
-      await index.update(state.name, state.version, record);
-    } catch (err) {
-      // The lock operation itself succeeded; the next change or the alarm re-sends.
-      console.error("tslock worker: could not update the index for", state.name, err);
+  // Send the current version unless the index has it. A lock that is not current and
+  // whose last acknowledged report (in this object's lifetime, nothing since in flight)
+  // was "no lock" needs no report: the index already lists nothing for the name, and no
+  // older report can land after that acknowledgement and win (versions).
+  report() {
+    const state = this.load();
+    if (state === null || this.acknowledged(state)) return;
+    const live = LockObject.isHeld(state, Date.now());
+    const version = state.version;
+    if (!live && this.inFlight === 0 && this.indexHas !== undefined && !this.indexHas.live) {
+      this.noteAcknowledged(version, false);
+      return;
     }
+    this.inFlight += 1;
+    this.deliver(state.name, version, live ? LockObject.record(state) : null)
+      .then(
+        () => this.noteAcknowledged(version, live),
+        (err) => console.error("tslock worker: could not report to the index; the alarm re-sends:", state.name, String(err)),
+      )
+      .finally(() => {
+        this.inFlight -= 1;
+      });
+  }
+
+  noteAcknowledged(version, live) {
+    if (this.indexHas === undefined || version > this.indexHas.version) this.indexHas = { version, live };
+    this.attempts = 0;
+  }
+
+  acknowledged(state) {
+    return this.indexHas !== undefined && this.indexHas.version >= state.version;
+  }
+
+  // Send one version of the record (null: no current lock) to the shard that owns the
+  // name in each layout it reports to (two while the index is being resharded).
+  async deliver(name, version, record) {
+    const { current, previous } = layouts(this.env);
+    const counts = previous === null ? [current] : [current, previous];
+    await Promise.all(
+      counts.map(async (count) => indexShard(this.env, count, await shardOf(name, count)).update(name, version, record)),
+    );
+  }
+
+  // The rebuild (POST /v1/reindex) asks for the current record again: an ended lock is
+  // cleared first, as its alarm would; then the record goes to every layout in use.
+  async resend() {
+    const now = Date.now();
+    const state = this.load();
+    if (state === null) return false;
+    if (state.token !== "" && state.lock_until_ms <= now) {
+      state.version += 1;
+      state.token = "";
+      this.save(state);
+    }
+    const held = LockObject.isHeld(state, now);
+    await this.send(state, held);
+    return true;
+  }
+
+  // Deliver and note the acknowledgement, awaited (the alarm and the rebuild).
+  async send(state, live) {
+    this.inFlight += 1;
+    try {
+      await this.deliver(state.name, state.version, live ? LockObject.record(state) : null);
+    } finally {
+      this.inFlight -= 1;
+    }
+    this.noteAcknowledged(state.version, live);
   }
 
   async acquire(name, atMost, atLeast, lockedBy) {
@@ -600,27 +870,47 @@ export class LockObject extends DurableObject {
     return { released: true, now_ms: now };
   }
 
+  // Fires at the lock's deadline, or earlier while a report is unacknowledged.
   async alarm() {
+    this.alarmAt = undefined;
     const now = Date.now();
     const state = this.load();
     if (state === null) return;
-    if (LockObject.isHeld(state, now)) {
-      // Extended since the alarm was set: wake up at the new deadline instead.
-      await this.ctx.storage.setAlarm(state.lock_until_ms);
-      return;
+    if (state.token !== "" && state.lock_until_ms <= now) {
+      // Expired: clear the token; the index must learn that the lock ended.
+      state.version += 1;
+      state.token = "";
+      this.save(state);
     }
-    // Expired (or already cleared): clear the token and tell the index again, which
-    // also repairs an index update that failed earlier.
-    await this.commit(state, now);
+    const held = LockObject.isHeld(state, now);
+    if (!this.acknowledged(state)) {
+      try {
+        await this.send(state, held);
+      } catch (err) {
+        this.attempts += 1;
+        const retry = now + Math.min(REPORT_RETRY_MS * 2 ** Math.min(this.attempts, 5), REPORT_RETRY_MAX_MS);
+        await this.setAlarmAt(held ? Math.min(state.lock_until_ms, retry) : retry);
+        console.error("tslock worker: the index is still unreachable for", state.name, String(err));
+        return;
+      }
+    }
+    // Still current (or extended since): wake up at its deadline.
+    const latest = this.load();
+    if (LockObject.isHeld(latest, Date.now())) await this.setAlarmAt(latest.lock_until_ms);
+  }
+
+  async setAlarmAt(when) {
+    await this.ctx.storage.setAlarm(when);
+    this.alarmAt = when;
   }
 }
 
 // ---------------------------------------------------------------------------------
-// LockIndex: one instance; the current locks, for listing.
+// LockIndex: one shard of the index; the current locks of the names it owns, for listing.
 //
-// Shaped for sharding by a hash of the name: every lock object reports to the index that
-// owns its name through update(), and query() answers one sorted page of its own rows,
-// so a router can ask every shard the same query and merge their pages by (key, name).
+// Every lock object reports to the shard that owns its name through update(), and
+// query() answers one sorted page of this shard's rows (at most limit + 1, read along
+// an index), which the fetch handler merges with the other shards' pages by (key, name).
 
 // What the table needs beyond the first release's shape, and how to fill it from the
 // record JSON that release stored (an index upgrades itself when it starts).
@@ -664,6 +954,8 @@ export class LockIndex extends DurableObject {
     }
     this.sql.exec("CREATE INDEX IF NOT EXISTS locks_by_lock_until ON locks (lock_until_ms, name)");
     this.sql.exec("CREATE INDEX IF NOT EXISTS locks_by_locked_at ON locks (locked_at_ms, name)");
+    // Pruning finds old tombstones through this (only tombstones are in it).
+    this.sql.exec("CREATE INDEX IF NOT EXISTS locks_tombstones ON locks (updated_ms) WHERE record IS NULL");
   }
 
   // One statement, so the lock path pays for one write whatever the listing needs.
@@ -689,18 +981,41 @@ export class LockIndex extends DurableObject {
     return true;
   }
 
-  // Ended locks become tombstones; old tombstones go. At most once a minute, and both
-  // statements are ranges of the lock_until index (tombstones sit at 0).
+  // Up to `limit` names after `after` (code point order) with a record, for the rebuild.
+  async names(after, limit) {
+    const rows = after === null
+      ? this.sql.exec("SELECT name FROM locks WHERE record IS NOT NULL ORDER BY name LIMIT ?", limit)
+      : this.sql.exec("SELECT name FROM locks WHERE name > ? AND record IS NOT NULL ORDER BY name LIMIT ?", after, limit);
+    return rows.toArray().map((row) => row.name);
+  }
+
+  // Ended locks become tombstones; old tombstones go. At most once a minute and at most
+  // PRUNE_BATCH rows per statement, each a range of an index (lock_until: ended rows sit
+  // between 0 and now; the partial tombstone index by updated_ms). A full batch means
+  // more is left: the next request prunes again instead of waiting a minute.
   prune(now) {
     if (now - this.lastPrune < 60_000) return;
-    this.lastPrune = now;
-    this.sql.exec(
-      `UPDATE locks SET record = NULL, lock_until_ms = 0, locked_at_ms = 0, released = 0, updated_ms = ?
-       WHERE lock_until_ms > 0 AND lock_until_ms <= ?`,
-      now,
-      now,
-    );
-    this.sql.exec("DELETE FROM locks WHERE lock_until_ms = 0 AND updated_ms < ?", now - TOMBSTONE_KEEP_MS);
+    let full = false;
+    for (const { sql, args } of LockIndex.pruneStatements(now)) {
+      full = this.sql.exec(sql, ...args).rowsWritten >= PRUNE_BATCH || full;
+    }
+    if (!full) this.lastPrune = now;
+  }
+
+  static pruneStatements(now) {
+    return [
+      {
+        sql: `UPDATE locks SET record = NULL, lock_until_ms = 0, locked_at_ms = 0, released = 0, updated_ms = ?
+              WHERE name IN (SELECT name FROM locks INDEXED BY locks_by_lock_until
+                             WHERE lock_until_ms > 0 AND lock_until_ms <= ? LIMIT ?)`,
+        args: [now, now, PRUNE_BATCH],
+      },
+      {
+        sql: `DELETE FROM locks WHERE name IN (SELECT name FROM locks INDEXED BY locks_tombstones
+              WHERE record IS NULL AND updated_ms < ? LIMIT ?)`,
+        args: [now - TOMBSTONE_KEEP_MS, PRUNE_BATCH],
+      },
+    ];
   }
 
   // One page of a query made by parseListing(): rows {name, key, record (JSON text)} in

@@ -1,7 +1,7 @@
 // Runs the tslock Worker on the real Workers runtime (workerd, through Miniflare's Node
 // API) on 127.0.0.1, for tests and the local demo. Offline; no Cloudflare account needed.
 //
-//   node serve.mjs [--persist DIR] [--token SECRET] [--port N] [--script FILE]
+//   node serve.mjs [--persist DIR] [--token SECRET] [--port N] [--script FILE] [--vars JSON]
 //
 // The bearer secret comes from --token or the TSLOCK_TOKEN environment variable; with
 // neither, the Worker runs without one and answers 500 (as a deployment without the
@@ -24,6 +24,8 @@ const { values } = parseArgs({
     token: { type: "string" },
     port: { type: "string", default: "0" },
     script: { type: "string" },
+    // Worker variables as a JSON object of strings, as wrangler.jsonc's "vars" sets them.
+    vars: { type: "string" },
   },
 });
 
@@ -47,7 +49,7 @@ const mf = new Miniflare({
   cf: false,
   host: "127.0.0.1",
   port,
-  bindings: token ? { TSLOCK_TOKEN: token } : {},
+  bindings: { ...(values.vars ? JSON.parse(values.vars) : {}), ...(token ? { TSLOCK_TOKEN: token } : {}) },
   durableObjects: {
     LOCKS: { className: "LockObject", useSQLite: true },
     LOCK_INDEX: { className: "LockIndex", useSQLite: true },

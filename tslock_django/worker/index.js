@@ -99,10 +99,17 @@ function reply(status, body) {
 
 class BadRequest extends Error {}
 
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
+
 function requireName(body) {
   const name = body.name;
   if (typeof name !== "string") throw new BadRequest('"name" is required and must be a string');
   if (name.length === 0) throw new BadRequest('"name" must not be empty');
+  // The same rule as the Python library: control characters break log lines, pages
+  // and terminals, so no caller (Python or another client) can create such a lock.
+  if (CONTROL_CHARACTER.test(name)) {
+    throw new BadRequest('"name" contains a control character (U+0000-U+001F or U+007F); use printable text');
+  }
   const size = encoder.encode(name).length;
   if (size > MAX_NAME_BYTES) {
     throw new BadRequest(`"name" is ${size} UTF-8 bytes; the limit is ${MAX_NAME_BYTES}`);

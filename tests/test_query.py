@@ -280,3 +280,20 @@ def test_an_unreadable_record_matches_every_state_but_not_other_names() -> None:
     assert not LockQuery(prefix="other").matches(row, now)
     assert not LockQuery(search="zzz").matches(row, now)
     assert LockQuery(order="lock_until").sort_key(row) == (-1, "job-x")
+
+
+class EndlessEmptyStore(MemoryLockProvider):
+    """A store that answers an empty page and a fresh place to go on, forever."""
+
+    def _query(self, query: LockQuery, after: object | None) -> StorePage:
+        step = 0 if after is None else int(after[0]) + 1  # type: ignore[index]
+        return StorePage([], more=True, resume=[step, "x"], positions=[])
+
+
+def test_walking_pages_stops_after_many_empty_pages_in_a_row(clock: MutableClock) -> None:
+    provider = EndlessEmptyStore("endless", clock=clock)
+    walked = 0
+    with pytest.raises(LockProviderError, match="5 pages in a row without a record"):
+        for _ in provider.pages(LockQuery(), max_empty_pages=5):
+            walked += 1
+    assert walked == 5

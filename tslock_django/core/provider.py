@@ -448,15 +448,23 @@ class LockProvider(ABC):
             positions.append(list(query.sort_key(mark)))
         return page, records, positions
 
-    def pages(self, query: LockQuery) -> Iterator[LockPage]:
+    def pages(self, query: LockQuery, *, max_empty_pages: int = 100) -> Iterator[LockPage]:
         """Every page of ``query`` from its cursor on, one request at a time: constant
         memory whatever the store holds.
 
+        Args:
+            max_empty_pages: stop after this many pages in a row without a record. A
+                store that reads within a budget (Workers KV) may answer an empty page
+                and a cursor to go on; a hundred of them is about the API token's whole
+                five-minute allowance, and a store handing out endless fresh cursors
+                would otherwise keep the walk going forever.
+
         Raises:
-            LockProviderError: the store failed, or handed out a cursor it had already
-                given (a store that would make the walk go round forever).
+            LockProviderError: the store failed, handed out a cursor it had already
+                given, or ``max_empty_pages`` empty pages in a row.
         """
         seen: set[str] = set()
+        empty = 0
         while True:
             page = self.query(query)
             yield page
@@ -465,6 +473,13 @@ class LockProvider(ABC):
             if page.next_cursor in seen:
                 raise LockProviderError(
                     "the listing repeated a page cursor; stopped reading", alias=self.alias
+                )
+            empty = 0 if page.records else empty + 1
+            if empty >= max_empty_pages:
+                raise LockProviderError(
+                    f"the listing gave {empty} pages in a row without a record; stopped reading "
+                    "(narrow the query with a prefix)",
+                    alias=self.alias,
                 )
             seen.add(page.next_cursor)
             query = replace(query, cursor=page.next_cursor)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib import import_module
 from pathlib import Path
 
 import pytest
@@ -111,23 +112,72 @@ def test_manage_py_check_reports_the_id(tmp_path: Path) -> None:
     assert "unknown OPTIONS key(s) 'colour'" in result.stderr
 
 
-def test_keep_alive_on_workers_kv_with_a_short_lock_is_reported() -> None:
-    kv = {
-        "BACKEND": KV,
-        "OPTIONS": {
-            "account_id": "a",
-            "namespace_id": "n",
-            "api_token": "t",
-            "acknowledge_advisory_lock": True,
-        },
-    }
-    with override_settings(TSLOCK_PROVIDERS={"default": kv}):
+KV_PROVIDER = {
+    "BACKEND": KV,
+    "OPTIONS": {"account_id": "a", "namespace_id": "n", "api_token": "t", "acknowledge_advisory_lock": True},
+}
+
+
+def test_keep_alive_on_workers_kv_with_a_short_lock_is_reported_for_a_loaded_command() -> None:
+    # Django imports the command it runs before the checks: that is what this import does.
+    import_module("tests.lockapp.management.commands.locked_keepalive")
+    with override_settings(TSLOCK_PROVIDERS={"default": KV_PROVIDER}):
         messages = check_keep_alive()
     # tests/lockapp's locked_keepalive asks for keep-alive with lock_at_most_for=0.4s.
     assert ids(messages) == ["tslock.E006"]
     assert "'locked_keepalive'" in messages[0].msg and "0:00:00.400000" in messages[0].msg
-    with override_settings(TSLOCK_PROVIDERS={"default": {**kv, "BACKEND": DB, "OPTIONS": {}}}):
+    with override_settings(TSLOCK_PROVIDERS={"default": {**KV_PROVIDER, "BACKEND": DB, "OPTIONS": {}}}):
         assert check_keep_alive() == []
+
+
+def test_check_deploy_imports_every_command_and_reports_each_once(tmp_path: Path) -> None:
+    """In a fresh process nothing is loaded: the ordinary check finds nothing, and
+    `check --deploy` imports every command and reports the bad one exactly once."""
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
+    script = (
+        "import django, sys; django.setup()\n"
+        "from django.core.checks import run_checks\n"
+        "from django.test.utils import override_settings\n"
+        f"kv = {KV_PROVIDER!r}\n"
+        "with override_settings(TSLOCK_PROVIDERS={'default': kv}):\n"
+        "    plain = [m.id for m in run_checks() if m.id == 'tslock.E006']\n"
+        "    deploy = [m.id for m in run_checks(include_deployment_checks=True) if m.id == 'tslock.E006']\n"
+        "print(plain, deploy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[] ['tslock.E006']"
+
+
+def test_a_plain_command_imports_no_other_command_module_because_of_tslock() -> None:
+    """tslock's checks run at every command start (`check` runs exactly those); they
+    must not import the project's commands (and everything those import), which Django
+    itself never does. tests.settings installs tests.lockapp, whose commands are locked."""
+    root = Path(__file__).resolve().parent.parent
+    script = (
+        "import sys\n"
+        "from django.core.management import execute_from_command_line\n"
+        "execute_from_command_line(['manage.py', 'check'])\n"
+        "loaded = sorted(m for m in sys.modules\n"
+        "                if '.management.commands.' in m and not m.startswith('django.'))\n"
+        "print('LOADED', loaded)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=root,
+        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "LOADED []"
 
 
 @pytest.mark.parametrize("flag", ["true", "1", "yes", "on", True])

@@ -6,13 +6,16 @@ table check runs only with ``check --database``.
 - tslock.E003: a provider's OPTIONS are wrong (unknown key, missing key, bad value).
 - tslock.E004: no "default" provider.
 - tslock.E005: the Workers KV provider without acknowledge_advisory_lock=True.
-- tslock.E006: keep-alive on a store that cannot extend that often (KV, lock_at_most_for < 2 s).
+- tslock.E006: keep-alive on a store that cannot extend that often (KV, lock_at_most_for < 2 s):
+  for the commands loaded in the process (the running one) at every command start, and
+  for every command of the project with ``check --deploy`` (which imports them all).
 - tslock.E007: the database provider is configured but tslock_django's tables are not
   installed (app missing from INSTALLED_APPS, or, with --database, a table missing).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.apps import apps
@@ -130,20 +133,47 @@ def check_database_table(app_configs: Any = None, databases: Any = None, **kwarg
 
 @register()
 def check_keep_alive(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Decorated commands that ask for keep-alive on a store that cannot extend fast enough."""
-    entries, _ = _entries()
-    if not entries:
-        return []
+    """Decorated commands already loaded in this process (the running one among them)
+    that ask for keep-alive on a store that cannot extend fast enough. Imports nothing:
+    this runs at the start of every management command."""
+    from .decorators import DECORATED
+
+    return _keep_alive_errors((_command_name(cls), cls) for cls in list(DECORATED))
+
+
+@register(deploy=True)
+def check_keep_alive_in_every_command(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``manage.py check --deploy``: the same check over every command of the project,
+    which means importing each command module (and what it imports)."""
     from django.core.management import get_commands, load_command_class
 
-    errors: list[CheckMessage] = []
+    from .decorators import DECORATED
+
+    # Django runs every ordinary check before the deployment ones, so check_keep_alive
+    # has already reported the classes loaded until now: report only the others.
+    loaded = set(DECORATED)
+    commands = []
     for command, app in get_commands().items():
-        if app.startswith("django.") or not isinstance(app, str):
+        if not isinstance(app, str) or app.startswith("django."):
             continue
         try:
             cls = type(load_command_class(app, command))
         except Exception:  # noqa: BLE001  a broken command is Django's to report, not ours
             continue
+        commands.append((command, cls))
+    return _keep_alive_errors((name, cls) for name, cls in commands if cls not in loaded)
+
+
+def _command_name(cls: type) -> str:
+    return cls.__module__.rpartition(".")[2]
+
+
+def _keep_alive_errors(commands: Iterable[tuple[str, type]]) -> list[CheckMessage]:
+    entries, _ = _entries()
+    if not entries:
+        return []
+    errors: list[CheckMessage] = []
+    for command, cls in commands:
         if not getattr(cls, "tslock_keep_alive", False):
             continue
         using, at_most = cls.tslock_using, cls.tslock_lock_at_most_for  # type: ignore[attr-defined]

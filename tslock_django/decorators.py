@@ -7,6 +7,7 @@ Exit statuses: 0 when the command ran or was skipped because the lock is held;
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
 
@@ -23,6 +24,11 @@ C = TypeVar("C", bound=type[BaseCommand])
 EXIT_LOCKED = 75
 
 NameSpec = str | Callable[[Mapping[str, Any]], str] | None
+
+#: Every command class decorated so far in this process. The system checks read it
+#: instead of importing every command module: Django imports the running command
+#: before it runs the checks, so that command is always here.
+DECORATED: weakref.WeakSet[type[BaseCommand]] = weakref.WeakSet()
 
 
 def locked_command(
@@ -125,6 +131,7 @@ def locked_command(
         cls.tslock_lock_at_most_for = parse_duration(lock_at_most_for, field="lock_at_most_for")  # type: ignore[attr-defined]
         cls.tslock_using = using  # type: ignore[attr-defined]
         cls.tslock_keep_alive = keep_alive  # type: ignore[attr-defined]
+        DECORATED.add(cls)
         return cls
 
     return decorate

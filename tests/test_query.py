@@ -297,3 +297,36 @@ def test_walking_pages_stops_after_many_empty_pages_in_a_row(clock: MutableClock
         for _ in provider.pages(LockQuery(), max_empty_pages=5):
             walked += 1
     assert walked == 5
+
+
+def test_previous_of_an_empty_page_ends_with_the_record_shown_last(memory: MemoryLockProvider) -> None:
+    query = LockQuery(prefix="job-", limit=2)
+    first = memory.query(query)
+    after_b = first.next_cursor
+    assert [r.name for r in first.records] == ["job-a", "job-b"]
+    for name in ("job-c", "job-d"):
+        assert memory.force_unlock(name, expected=None) is True
+    empty = memory.query(replace(query, cursor=after_b))
+    assert empty.records == [] and empty.next_cursor is None and empty.previous_cursor
+    back = memory.query(replace(query, cursor=empty.previous_cursor))
+    assert [r.name for r in back.records] == ["job-a", "job-b"], "job-b, shown last before, is not skipped"
+
+
+def test_next_of_an_empty_backward_page_is_the_first_page(memory: MemoryLockProvider) -> None:
+    query = LockQuery(prefix="job-", limit=2)
+    second = memory.query(replace(query, cursor=memory.query(query).next_cursor))
+    for name in ("job-a", "job-b"):
+        assert memory.force_unlock(name, expected=None) is True
+    back = memory.query(replace(query, cursor=second.previous_cursor))
+    assert back.records == [] and back.previous_cursor is None
+    again = memory.query(replace(query, cursor=back.next_cursor))
+    assert [r.name for r in again.records] == ["job-c", "job-d"], "job-c is not skipped"
+    assert again.previous_cursor is None, "that is the first page"
+
+
+def test_a_backward_page_of_one_knows_whether_anything_comes_before(memory: MemoryLockProvider) -> None:
+    everything = memory.query(LockQuery(limit=5))
+    at_a = memory.query(LockQuery(limit=1, cursor=backward_from(everything.cursor_after(0))))
+    assert [r.name for r in at_a.records] == ["job-a"] and at_a.previous_cursor is None
+    at_b = memory.query(LockQuery(limit=1, cursor=backward_from(everything.cursor_after(1))))
+    assert [r.name for r in at_b.records] == ["job-b"] and at_b.previous_cursor

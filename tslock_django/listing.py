@@ -33,7 +33,7 @@ from typing import Any
 from django.core import signing
 
 from .core.provider import LockProvider
-from .core.query import ALL_STATES, LockPage, LockQuery, backward_from
+from .core.query import ALL_STATES, MAX_LIMIT, LockPage, LockQuery, backward_from
 from .core.records import LockRecord
 from .exceptions import InvalidCursor, InvalidLockProvider, LockProviderError, UnsupportedQuery
 
@@ -129,7 +129,8 @@ class MergedListing:
 
             lookup = providers.__getitem__
         self.aliases = list(aliases)
-        self.query = replace(query, cursor=None)
+        # A page is at most MAX_LIMIT - 1 rows: stepping back reads one record more.
+        self.query = replace(query, cursor=None, limit=min(query.limit, MAX_LIMIT - 1))
         self.lookup = lookup
         text = json.dumps([self.aliases, self.query.shape, self.query.limit], ensure_ascii=False)
         #: What a merged cursor is bound to: the providers listed, the query and page size.
@@ -307,7 +308,10 @@ class MergedListing:
                 pages[alias] = self._read(alias, provider, back)
             except InvalidCursor:
                 raise
-            except Exception:  # noqa: BLE001  (the forward read reports it, if it still fails)
+            except (LockProviderError, InvalidLockProvider, UnsupportedQuery):
+                continue  # the forward read reports it, if it still fails
+            except Exception:  # a provider's bug: logged; the forward read reports it too
+                logger.exception("tslock: lock provider %r could not step back a page", alias)
                 continue
         order = {alias: i for i, (alias, _) in enumerate(sources)}
         tails = {alias: len(page.records) for alias, (page, _) in pages.items()}

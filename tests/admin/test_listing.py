@@ -285,3 +285,17 @@ def test_a_provider_cursor_swapped_inside_a_valid_envelope_is_refused(clock: Mut
     forged = signer.sign_object(payload, compress=True)
     with pytest.raises(InvalidCursor, match="belongs to lock provider 'a'"):
         listing.page(forged)
+
+
+def test_pages_of_the_largest_size_walk_back_too(clock: MutableClock) -> None:
+    """Stepping back reads one record more than a page: the page stays under the
+    stores' limit so that read is possible (at 1,000 it silently repeated the page)."""
+    a = MemoryLockProvider("a", clock=clock)
+    b = MemoryLockProvider("b", clock=clock)
+    for i in range(1500):
+        assert (a if i % 2 else b).lock(LockConfiguration(f"n{i:05}", "1h")) is not None
+    listing = MergedListing(["a", "b"], LockQuery(limit=1000), {"a": a, "b": b}.__getitem__)
+    assert listing.query.limit == 999
+    forward, backward = walk(listing)
+    assert [len(p.rows) for p in forward] == [999, 501]
+    assert names(backward[-1]) == names(forward[0]), "back at the first page"

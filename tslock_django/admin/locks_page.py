@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from ..conf import providers
-from ..core.query import ALL_STATES, CURRENT_STATES, LockQuery
+from ..core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
 from ..exceptions import InvalidCursor, InvalidLockProvider
 from ..listing import MergedListing, MergedPage
 from .rows import make_row
@@ -123,7 +123,8 @@ def render(admin: LockAdmin, request: HttpRequest, extra_context: Mapping[str, A
     filters = Filters.from_query(request.GET, aliases)
     # A provider filter also saves the round trips to the other stores.
     listed = [filters.provider] if filters.provider else aliases
-    listing = MergedListing(listed, filters.query(admin.list_per_page))
+    # The merged listing keeps pages under the stores' limit whatever list_per_page says.
+    listing = MergedListing(listed, filters.query(min(admin.list_per_page, MAX_LIMIT - 1)))
     try:
         page = listing.page(filters.cursor or None)
     except InvalidCursor as err:

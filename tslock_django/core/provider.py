@@ -391,6 +391,10 @@ class LockProvider(ABC):
         def encode(position: object, *, backward: bool = False) -> str:
             return encode_cursor(alias, asked, position, backward=backward)
 
+        def back_to(position: object) -> str:
+            """The page that ends with the record at ``position`` (already shown)."""
+            return encode_cursor(alias, asked, position, backward=True, inclusive=True)
+
         if cursor is None or not cursor.backward:
             page = self._query(query, None if cursor is None else cursor.position)
             records, positions = list(page.records), self._positions(query, page)
@@ -399,13 +403,16 @@ class LockProvider(ABC):
                 resume = page.resume if page.resume is not None else (positions[-1] if records else None)
                 next_cursor = None if resume is None else encode(resume)
             previous = None
-            if cursor is not None and support.backward:
-                previous = encode(positions[0] if records else cursor.position, backward=True)
+            if cursor is not None and cursor.position is not None and support.backward:
+                # Before this page's first record; on an empty page, back to (and with)
+                # the record the cursor follows, which the page before showed.
+                previous = encode(positions[0], backward=True) if records else back_to(cursor.position)
         else:
             page, records, positions = self._backward(query, cursor)
             # Read in reverse, shown in the query's order; the page after this one
             # starts after its last record.
-            next_cursor = encode(positions[-1] if records else cursor.position)
+            # Nothing before the position: the next page is the first one.
+            next_cursor = encode(positions[-1] if records else None)
             previous = encode(positions[0], backward=True) if page.more and records else None
         notes.extend(page.notes)
         return LockPage(
@@ -440,7 +447,10 @@ class LockProvider(ABC):
         if limit > 0:
             page = self._query(replace(query.reversed(), limit=limit), cursor.position)
         else:
-            page = StorePage([], more=True)
+            # A page of one, filled by the record itself: read one more only to learn
+            # whether anything comes before it.
+            before = self._query(replace(query.reversed(), limit=1), cursor.position)
+            page = StorePage([], more=bool(before.records), notes=before.notes)
         records = list(reversed(page.records))
         positions = self._positions(query, page)[::-1]
         if mark is not None:

@@ -302,11 +302,16 @@ def _signer() -> signing.Signer:
     return signing.Signer(salt=_SALT)
 
 
-def encode_cursor(alias: str, query: LockQuery, position: Any, *, backward: bool = False) -> str:
-    """Sign ``position`` for ``query`` on provider ``alias``."""
+def encode_cursor(
+    alias: str, query: LockQuery, position: Any, *, backward: bool = False, inclusive: bool = False
+) -> str:
+    """Sign ``position`` for ``query`` on provider ``alias`` (``None``: the start);
+    ``backward``: the page ending before it (``inclusive``: ending with it)."""
     payload = {"a": alias, "q": query.shape, "p": position}
     if backward:
         payload["b"] = 1
+        if inclusive:
+            payload["i"] = 1
     return _signer().sign_object(payload)
 
 

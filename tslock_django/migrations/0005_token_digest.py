@@ -21,15 +21,29 @@ from django.db import migrations
 DIGEST_LENGTH = 64
 
 
+#: Rows read per step: a table with a million names must not be loaded at once.
+BATCH = 1000
+
+
 def digest_raw_tokens(apps: Any, schema_editor: Any) -> None:
     model = apps.get_model("tslock_django", "Lock")
     rows = model.objects.using(schema_editor.connection.alias)
-    for name, token in rows.exclude(token="").values_list("name", "token"):
-        if len(token) == DIGEST_LENGTH:
-            continue  # already a digest (a migration replayed on a kept table)
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        # Conditional on the old value: a lock taken meanwhile is left as its writer wrote it.
-        rows.filter(name=name, token=token).update(token=digest)
+    after = None
+    while True:
+        # Keyset steps over the primary key; only rows that still hold a token.
+        batch = rows.exclude(token="").order_by("name")
+        if after is not None:
+            batch = batch.filter(name__gt=after)
+        found = list(batch.values_list("name", "token")[:BATCH])
+        if not found:
+            return
+        for name, token in found:
+            if len(token) == DIGEST_LENGTH:
+                continue  # already a digest (a migration replayed on a kept table)
+            digest = hashlib.sha256(token.encode()).hexdigest()
+            # Conditional on the old value: a lock taken meanwhile is left as its writer wrote it.
+            rows.filter(name=name, token=token).update(token=digest)
+        after = found[-1][0]
 
 
 class Migration(migrations.Migration):

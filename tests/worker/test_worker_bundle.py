@@ -86,7 +86,7 @@ def test_existing_files_are_not_overwritten_unless_asked(tmp_path: Path) -> None
     with pytest.raises(FileExistsError) as refused:
         write_worker_bundle(tmp_path)
     assert str(refused.value) == (
-        f"wrangler.jsonc already exist in {tmp_path}; choose an empty folder, or add --overwrite "
+        f"wrangler.jsonc already exists in {tmp_path}; choose an empty folder, or add --overwrite "
         "to replace the bundle's files (overwrite=True from Python)"
     )
     assert (tmp_path / "wrangler.jsonc").read_text() == "// mine\n{}"

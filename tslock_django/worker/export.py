@@ -111,7 +111,7 @@ def write_worker_bundle(
     if existing and not overwrite:
         names = ", ".join(p.name for p in existing)
         raise FileExistsError(
-            f"{names} already exist in {target}; choose an empty folder, or add --overwrite to "
+            f"{names} already {'exists' if len(existing) == 1 else 'exist'} in {target}; choose an empty folder, or add --overwrite to "
             "replace the bundle's files (overwrite=True from Python)"
         )
     try:

@@ -110,8 +110,9 @@ def write_worker_bundle(
     existing = [p for p in paths if p.exists()]
     if existing and not overwrite:
         names = ", ".join(p.name for p in existing)
+        verb = "exists" if len(existing) == 1 else "exist"
         raise FileExistsError(
-            f"{names} already {'exists' if len(existing) == 1 else 'exist'} in {target}; choose an empty folder, or add --overwrite to "
+            f"{names} already {verb} in {target}; choose an empty folder, or add --overwrite to "
             "replace the bundle's files (overwrite=True from Python)"
         )
     try:

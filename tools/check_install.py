@@ -131,15 +131,20 @@ def check_archives(sdist: Path, wheel: Path) -> list[str]:
 
 
 def summary(wheel: Path, names: list[str]) -> str:
-    kinds = collections.Counter(
-        "metadata (.dist-info)" if ".dist-info/" in n else Path(n).suffix or Path(n).name for n in names
-    )
-    folders = collections.Counter(
-        "/".join(Path(n).parts[:2]) for n in names if not n.endswith("/") and ".dist-info/" not in n
-    )
-    lines = [f"{wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB, {len(names)} files"]
-    lines += [f"  {count:3d} {kind}" for kind, count in kinds.most_common()]
-    lines += ["  by folder:"] + [f"  {count:3d} {folder}" for folder, count in sorted(folders.items())]
+    """The wheel's size and its files counted by folder and by kind."""
+
+    def folder(name: str) -> str:
+        parts = Path(name).parts
+        if ".dist-info" in parts[0]:
+            return parts[0].split("-")[0] + "-*.dist-info"
+        return "/".join(parts[:2]) + "/" if len(parts) > 2 else parts[0] + "/*"
+
+    files = [n for n in names if not n.endswith("/")]
+    kinds = collections.Counter(Path(n).suffix or Path(n).name for n in files)
+    lines = [f"{wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB, {len(files)} files"]
+    lines.append("  by kind: " + ", ".join(f"{count} {kind}" for kind, count in kinds.most_common()))
+    for place, count in sorted(collections.Counter(folder(n) for n in files).items()):
+        lines.append(f"  {count:3d}  {place}")
     return "\n".join(lines)
 
 

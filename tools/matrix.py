@@ -35,8 +35,8 @@ from pathlib import Path
 
 try:
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10 runs this with tomli or not at all
-    sys.exit("tools.matrix reads pyproject.toml with tomllib: run it with Python 3.11 or newer (.venv)")
+except ModuleNotFoundError:  # Python 3.10: the TOML reader pip carries is the same code
+    from pip._vendor import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "matrix"

@@ -244,6 +244,8 @@ class LocalWorker:
         start_timeout: seconds to wait for the ``READY`` line.
         install: install the runtime into the per-user cache when it is missing (see
             :meth:`install_runtime`); with ``False`` a missing runtime is an error.
+        script: run this Worker module instead of the shipped ``index.js``, with the
+            same bindings (tests start an older release of the Worker this way).
 
     Attributes:
         url: the base URL (``http://127.0.0.1:PORT``), set while running.
@@ -257,6 +259,7 @@ class LocalWorker:
         persist_dir: str | os.PathLike[str] | None = None,
         start_timeout: float = 30.0,
         install: bool = True,
+        script: str | os.PathLike[str] | None = None,
     ) -> None:
         self.token = secrets.token_urlsafe(24) if token is None else token
         # Absolute now: the runtime runs in a scratch folder, and a relative path there
@@ -264,6 +267,7 @@ class LocalWorker:
         self.persist_dir = Path(os.path.abspath(persist_dir)) if persist_dir is not None else None
         self.start_timeout = start_timeout
         self.install = install
+        self.script = Path(script).resolve() if script is not None else None
         self.url = ""
         self._process: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
@@ -303,6 +307,8 @@ class LocalWorker:
         if self.persist_dir is not None:
             self.persist_dir.mkdir(parents=True, exist_ok=True)
             command += ["--persist", str(self.persist_dir)]
+        if self.script is not None:
+            command += ["--script", str(self.script)]
         self._output.clear()
         process = subprocess.Popen(
             command,

@@ -1,12 +1,13 @@
 // Runs the tslock Worker on the real Workers runtime (workerd, through Miniflare's Node
 // API) on 127.0.0.1, for tests and the local demo. Offline; no Cloudflare account needed.
 //
-//   node serve.mjs [--persist DIR] [--token SECRET] [--port N] [--runtime DIR]
+//   node serve.mjs [--persist DIR] [--token SECRET] [--port N] [--script FILE] [--runtime DIR]
 //
 // The bearer secret comes from --token or the TSLOCK_TOKEN environment variable; with
 // neither, the Worker runs without one and answers 500 (as a deployment without the
 // wrangler secret would). Prints exactly one line, "READY <url>", once requests can be
-// served, and stops cleanly on SIGTERM or SIGINT.
+// served, and stops cleanly on SIGTERM or SIGINT. --script runs another Worker module in
+// place of index.js with the same bindings (tests use it to start an older release).
 //
 // Miniflare is looked up in --runtime DIR (a folder holding node_modules), then next to
 // this file (a development checkout after `npm ci`), then in the per-user cache where
@@ -33,6 +34,7 @@ const { values } = parseArgs({
     persist: { type: "string" },
     token: { type: "string" },
     port: { type: "string", default: "0" },
+    script: { type: "string" },
     runtime: { type: "string" },
   },
 });
@@ -72,12 +74,13 @@ if (!Number.isInteger(port) || port < 0 || port > 65535) {
 }
 
 const Miniflare = await loadMiniflare();
+const script = values.script ? resolve(values.script) : join(here, "index.js");
 const mf = new Miniflare({
   modules: true,
-  scriptPath: join(here, "index.js"),
-  // Module names are paths relative to this root; without it they are relative to the
-  // working directory, and workerd refuses a "../" name when started from elsewhere.
-  modulesRoot: here,
+  scriptPath: script,
+  // Module names are paths from the script's folder; without this they are relative to
+  // the working directory, and workerd refuses a "../" name when started from elsewhere.
+  modulesRoot: dirname(script),
   compatibilityDate: COMPATIBILITY_DATE,
   // Without this Miniflare fetches request.cf data from Cloudflare at start-up.
   cf: false,

@@ -16,6 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
+# `python testproject/run_demo.py` puts testproject/ first on sys.path; the LocalWorker
+# imported below must come from this checkout, as the manage.py runs do.
+sys.path.insert(0, str(ROOT))
 
 
 def manage(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:

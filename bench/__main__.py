@@ -16,7 +16,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("db", "do", "kv", "admin", "scale", "startup")
+SECTIONS = ("db", "do", "kv", "redis", "admin", "scale", "startup")
 SERVERS = {"sqlite": None, "postgres": ("127.0.0.1", 5432), "mariadb": ("127.0.0.1", 3306)}
 #: Rows in tslock_lock for the scale section, per server (filled in this order).
 SCALE_SIZES = {"postgres": "1000,100000,1000000", "sqlite": "1000,100000"}
@@ -101,9 +101,15 @@ def main(argv: list[str] | None = None) -> int:
 
             report["do"] = dobench.run(rounds, seconds)
     if "kv" in sections:
-        from bench import kvbench
+        report["kv"] = child("bench.kvbench")
+    if "redis" in sections:
+        from bench import redisbench
 
-        report["kv"] = kvbench.run()
+        if not reachable(redisbench.ADDRESS):
+            report["missing"].append("redis: nothing listens on 127.0.0.1:6379")
+        else:
+            print("redis ...", file=sys.stderr, flush=True)
+            report["redis"] = child("bench.redisbench", str(rounds), str(seconds))
     if "admin" in sections:
         print("admin Locks page ...", file=sys.stderr, flush=True)
         report["admin"] = child("bench.adminbench", "1000,10000", "3" if args.quick else "9")
@@ -128,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             "import_tslock_django": startup.import_time(runs),
             "command": startup.command_startup(runs),
             "httpx_imported": startup.httpx_imported(),
+            "redis_imported": startup.redis_imported(),
         }
     report["targets"] = targets(report)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
@@ -159,12 +166,18 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
             do["tslock_time_over_raw"], 1.2, "<="
         )
     found.update(scale_targets(report.get("scale", {}).get("postgres")))
+    from bench import redisbench
+
+    found.update(redisbench.targets(report.get("redis")))
     httpx = report.get("startup", {}).get("httpx_imported")
     if httpx:
         found["httpx not imported without a Cloudflare provider"] = {
             "value": httpx,
             "met": not httpx["database provider only"] and httpx["with a cloudflare-do provider"],
         }
+    if "redis_imported" in report.get("startup", {}):
+        imported = report["startup"]["redis_imported"]
+        found["redis-py not imported without a Redis provider"] = {"value": imported, "met": not imported}
     return found
 
 
@@ -242,6 +255,9 @@ def render(report: dict[str, Any]) -> str:
                     f"    {label:<34} {c['seconds']:>8.2f} s   {c['peak_rss_kib'] / 1024:>7.1f} MiB  "
                     f"({c['lines']:,} lines)"
                 )
+    from bench import redisbench
+
+    lines += redisbench.render(report.get("redis"))
     start = report.get("startup")
     if start:
         imp, cmd = start["import_tslock_django"], start["command"]
@@ -254,6 +270,8 @@ def render(report: dict[str, Any]) -> str:
             f"{cmd['decorated_over_plain']:.2f}x)",
             f"httpx imported: {start['httpx_imported']}",
         ]
+        if "redis_imported" in start:
+            lines.append(f"redis-py imported with the database provider only: {start['redis_imported']}")
     if report["targets"]:
         lines += ["", "targets"]
         for label, t in report["targets"].items():

@@ -126,11 +126,11 @@ def fill_expired(connection: Any, have: int, want: int) -> int:
             cursor.execute(
                 """
                 INSERT INTO tslock_lock (name, lock_until, locked_at, locked_by, token, fencing_token)
-                SELECT (ARRAY['import','report','sync','user','invoice'])[g % 5 + 1]
+                SELECT (ARRAY['import','report','sync','user','invoice'])[g %% 5 + 1]
                            || '-' || lpad(g::text, 7, '0'),
-                       now() - (g % 90 + 1) * INTERVAL '1 day' + INTERVAL '10 minutes',
-                       now() - (g % 90 + 1) * INTERVAL '1 day',
-                       'worker-' || (g % 16) || ':' || (g % 30000), '', g % 1000 + 1
+                       now() - (g %% 90 + 1) * INTERVAL '1 day' + INTERVAL '10 minutes',
+                       now() - (g %% 90 + 1) * INTERVAL '1 day',
+                       'worker-' || (g %% 16) || ':' || (g %% 30000), '', g %% 1000 + 1
                 FROM generate_series(%s, %s) AS g
                 """,
                 [have, want - 1],

@@ -81,6 +81,29 @@ def httpx_imported() -> dict[str, bool]:
     return results
 
 
+def redis_imported() -> bool:
+    """Whether redis-py ends up in ``sys.modules`` with only the database provider
+    configured (after building it and running a decorated command)."""
+    probe = (
+        "import sys, django; django.setup()\n"
+        "from django.core.management import call_command\n"
+        "from tslock_django import providers\n"
+        "providers['default']\n"
+        "call_command('bench_locked')\n"
+        "print('REDIS', 'redis' in sys.modules)\n"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            cwd=ROOT,
+            env=_env(BENCH_SQLITE_NAME=str(_migrated_sqlite(Path(tmp)))),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    return done.stdout.strip().endswith("REDIS True")
+
+
 def _migrated_sqlite(folder: Path) -> Path:
     db = folder / "startup.sqlite3"
     subprocess.run(

@@ -68,7 +68,26 @@ def test_a_dropped_table_is_reported() -> None:
         with connection.schema_editor() as editor:
             editor.alter_db_table(Lock, "tslock_lock_moved", "tslock_lock")
     assert ids(messages) == ["tslock.E007"]
+    assert "tslock_lock missing" in messages[0].msg
     assert "migrate tslock_django" in (messages[0].hint or "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dropped_fencing_mark_table_is_reported() -> None:
+    """Without tslock_fence the first lock of every new name would fail in the store."""
+    from django.db import connection
+
+    from tslock_django.models import FencingMark
+
+    with connection.schema_editor() as editor:
+        editor.alter_db_table(FencingMark, "tslock_fence", "tslock_fence_moved")
+    try:
+        messages = check_database_table(databases=["default"])
+    finally:
+        with connection.schema_editor() as editor:
+            editor.alter_db_table(FencingMark, "tslock_fence_moved", "tslock_fence")
+    assert ids(messages) == ["tslock.E007"]
+    assert "tslock_fence missing" in messages[0].msg
 
 
 def test_manage_py_check_reports_the_id(tmp_path: Path) -> None:

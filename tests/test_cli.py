@@ -8,7 +8,7 @@ import os
 import socket
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,9 @@ from django.core.management import CommandError, call_command
 from tests.admin.tslock_test_providers import (
     MEMORY,
     FailingProvider,
+    FailingPurgeProvider,
     FencelessMemoryProvider,
+    SelfCleaningProvider,
     StaticProvider,
     path_of,
 )
@@ -292,3 +294,178 @@ def test_list_shows_unreadable_times_as_unknown(settings: Any) -> None:
     table = run("list")[0].splitlines()[1].split()
     assert table[:3] == ["s", "odd", "unknown"]
     assert table[-4:] == ["-", "-", "-", "-"]
+
+
+# -- list, streamed -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Pages of 2 records, and a log of (alias, limit) for every query the stores answer."""
+    from tslock_django.management.commands import tslock
+    from tslock_django.providers.memory import MemoryLockProvider
+
+    monkeypatch.setattr(tslock, "PAGE_SIZE", 2)
+    asked: list[tuple[str, int]] = []
+    answer = MemoryLockProvider._query
+
+    def logged(self: MemoryLockProvider, query: Any, after: Any) -> Any:
+        asked.append((self.alias, query.limit))
+        return answer(self, query, after)
+
+    monkeypatch.setattr(MemoryLockProvider, "_query", logged)
+    return asked
+
+
+@pytest.fixture
+def many(settings: Any) -> MutableClock:
+    """Store "a" holds job-0..job-4 and an expired "old"; store "b" holds b-0..b-2."""
+    clock = MutableClock()
+    settings.TSLOCK_PROVIDERS = {"a": {**MEMORY, "OPTIONS": {"clock": clock}}, "b": MEMORY}
+    held("a", "old", at_most="1m")
+    clock.advance("2m")
+    for i in range(5):
+        held("a", f"job-{i}")
+    for i in range(3):
+        held("b", f"b-{i}")
+    return clock
+
+
+def test_list_reads_page_by_page(many: MutableClock, small_pages: list[tuple[str, int]]) -> None:
+    out, _ = run("list")
+    names = [line.split()[1] for line in out.splitlines()[1:]]
+    assert names == ["job-0", "job-1", "job-2", "job-3", "job-4", "b-0", "b-1", "b-2"]
+    assert small_pages == [("a", 2), ("a", 2), ("a", 2), ("b", 2), ("b", 2)]
+    assert out.splitlines()[0].split()[:2] == ["PROVIDER", "NAME"]  # one header
+
+
+def test_list_limit_stops_reading(many: MutableClock, small_pages: list[tuple[str, int]]) -> None:
+    rows = json.loads(run("list", "--limit", "3", "--json")[0])
+    assert [r["name"] for r in rows] == ["job-0", "job-1", "job-2"]
+    assert small_pages == [("a", 2), ("a", 2)]  # the third record ends the reading
+    rows = json.loads(run("list", "--limit", "6", "--json")[0])
+    assert [r["name"] for r in rows] == ["job-0", "job-1", "job-2", "job-3", "job-4", "b-0"]
+
+
+def test_list_json_is_one_valid_document_across_pages(
+    many: MutableClock, small_pages: list[tuple[str, int]]
+) -> None:
+    out, _ = run("list", "--json")
+    rows = json.loads(out)
+    assert [(r["provider"], r["name"]) for r in rows] == [("a", f"job-{i}") for i in range(5)] + [
+        ("b", f"b-{i}") for i in range(3)
+    ]
+    assert all(r["state"] == "held" for r in rows)
+
+
+def test_list_current_by_default_all_or_state_on_request(many: MutableClock) -> None:
+    def listed(*args: str) -> list[str]:
+        return [r["name"] for r in json.loads(run("list", "--provider", "a", "--json", *args)[0])]
+
+    assert "old" not in listed()
+    assert listed("--all") == ["job-0", "job-1", "job-2", "job-3", "job-4", "old"]
+    assert listed("--state", "expired") == ["old"]
+    assert listed("--state", "all") == listed("--all")
+
+
+def test_list_json_stays_valid_when_a_provider_fails(settings: Any) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "bad": {"BACKEND": path_of(FailingProvider)}, "c": MEMORY}
+    held("a", "first")
+    held("c", "last")
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command("tslock", "list", "--json", stdout=out, stderr=err)
+    assert raised.value.returncode == 1
+    assert [r["name"] for r in json.loads(out.getvalue())] == ["first", "last"]
+    assert "bad: lock provider 'bad': HTTP 401" in err.getvalue()
+
+
+def test_list_escapes_control_characters_in_the_table(settings: Any) -> None:
+    now = datetime.now(tz=timezone.utc)
+    forged = LockRecord(
+        "evil\x1b[2J\x07name",
+        lock_until=now + timedelta(minutes=5),
+        locked_at=now,
+        locked_by="host:1\nfake-row  held  forged\r\u202eback\\slash",
+        fencing_token=1,
+    )
+    settings.TSLOCK_PROVIDERS = {"s": {"BACKEND": path_of(StaticProvider), "OPTIONS": {"records": [forged]}}}
+    out, _ = run("list")
+    lines = out.splitlines()
+    assert len(lines) == 2  # the header and one row: the newline forged nothing
+    for raw in ("\x1b", "\x07", "\r", "\u202e"):
+        assert raw not in out
+    assert "evil\\x1b[2J\\x07name" in lines[1]
+    assert "host:1\\x0afake-row  held  forged\\x0d\\u202eback\\\\slash" in lines[1]
+    # JSON keeps the exact strings (escaped by JSON itself).
+    [row] = json.loads(run("list", "--json")[0])
+    assert row["name"] == forged.name and row["locked_by"] == forged.locked_by
+
+
+def test_list_usage_errors(many: MutableClock) -> None:
+    with pytest.raises(CommandError, match="--limit: must be a whole number of at least 1"):
+        run("list", "--limit", "0")
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        run("list", "--all", "--state", "held")
+    with pytest.raises(CommandError, match="invalid choice: 'gone'"):
+        run("list", "--state", "gone")
+
+
+# -- purge ---------------------------------------------------------------------------------
+
+
+def test_purge_dry_run_counts_and_changes_nothing(many: MutableClock) -> None:
+    many.advance("1h")  # "old" expired 61 minutes ago; job-* ten minutes locks expired 50 min ago
+    out, _ = run("purge", "--expired-for", "55m", "--provider", "a", "--dry-run")
+    assert out.splitlines() == ["a: would delete 1 record expired for more than 55m (dry run)"]
+    assert [r.name for r in providers["a"].list_locks()][-1] == "old"
+
+    out, _ = run("purge", "--expired-for", "PT30M")
+    assert out.splitlines() == [
+        "a: deleted 6 records expired for more than 30m",
+        "b: deleted 0 records expired for more than 30m",
+    ]
+    assert providers["a"].list_locks() == []
+    assert len(providers["b"].list_locks()) == 3  # b's locks use the real clock: still held
+
+
+def test_purge_says_when_a_store_cleans_itself(settings: Any) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "kv": {"BACKEND": path_of(SelfCleaningProvider)}}
+    out, _ = run("purge", "--expired-for", "30d")
+    assert out.splitlines() == [
+        "a: deleted 0 records expired for more than 30d",
+        "kv: nothing to purge: Workers KV deletes each key when its expiration passes",
+    ]
+
+
+def test_purge_store_failure_is_exit_status_1(settings: Any) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "bad": {"BACKEND": path_of(FailingPurgeProvider)}}
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="1 provider") as raised:
+        call_command("tslock", "purge", "--expired-for", "1d", stdout=out, stderr=err)
+    assert raised.value.returncode == 1
+    assert "a: deleted 0 records" in out.getvalue()
+    assert "bad: purge failed: lock provider 'bad': HTTP 500" in err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "the following arguments are required: --expired-for"),
+        (["--expired-for", "soon"], r"cannot read 'soon' as a duration; use seconds"),
+        (["--expired-for=-3d"], "must not be negative"),
+        (["--expired-for", "30d", "--batch-size", "0"], "--batch-size: must be a whole number"),
+        (["--expired-for", "30d", "--batch-size", "10001"], "--batch-size: must be at most 10,000"),
+        (["--expired-for", "30d", "--provider", "zz"], "no lock provider 'zz'"),
+    ],
+)
+def test_purge_usage_errors(settings: Any, args: list[str], message: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY}
+    with pytest.raises(CommandError, match=message):
+        run("purge", *args)
+
+
+def test_check_is_one_small_query_per_provider(settings: Any, small_pages: list[tuple[str, int]]) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "b": MEMORY}
+    assert run("check")[0].splitlines() == ["a: ok (strong)", "b: ok (strong)"]
+    assert small_pages == [("a", 1), ("b", 1)]

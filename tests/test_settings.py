@@ -146,7 +146,8 @@ class TestProviderUrls:
     @pytest.mark.parametrize(
         ("url", "fragment"),
         [
-            ("redis://secret@host/", "unknown lock provider URL scheme 'redis'"),
+            ("mongodb://secret@host/", "unknown lock provider URL scheme 'mongodb'"),
+            ("rediss://:secret@/0", "rediss:// needs a host"),
             ("not a url", "looks like"),
             ("cloudflare-do://host.example/", "needs the Worker's bearer token"),
             ("cloudflare-kv://acc@ns", "needs the account id, API token and namespace id"),

@@ -7,8 +7,8 @@ table check runs only with ``check --database``.
 - tslock.E004: no "default" provider.
 - tslock.E005: the Workers KV provider without acknowledge_advisory_lock=True.
 - tslock.E006: keep-alive on a store that cannot extend that often (KV, lock_at_most_for < 2 s).
-- tslock.E007: the database provider is configured but tslock_django's table is not
-  installed (app missing from INSTALLED_APPS, or, with --database, table missing).
+- tslock.E007: the database provider is configured but tslock_django's tables are not
+  installed (app missing from INSTALLED_APPS, or, with --database, a table missing).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from .conf import DATABASE_BACKEND, KV_BACKEND, SETTING, backend_class, provider_settings
 from .core.provider import TRUE_WORDS
 from .exceptions import InvalidLockProvider
+
+#: The database provider's tables: the locks, and the fencing mark that purge keeps.
+TABLES = ("tslock_lock", "tslock_fence")
 
 
 def _entries() -> tuple[dict[str, dict[str, Any]] | None, list[CheckMessage]]:
@@ -102,7 +105,8 @@ def check_database_table(app_configs: Any = None, databases: Any = None, **kwarg
         if entry["BACKEND"] != DATABASE_BACKEND or using not in databases:
             continue
         connection = connections[using]
-        if "tslock_lock" in connection.introspection.table_names():
+        missing = [t for t in TABLES if t not in connection.introspection.table_names()]
+        if not missing:
             continue
         # Before the first migrate the table is simply not there yet; Django's own
         # "unapplied migrations" notice covers that, and this check must not block
@@ -113,8 +117,8 @@ def check_database_table(app_configs: Any = None, databases: Any = None, **kwarg
         if recorder.has_table() and recorder.migration_qs.filter(app="tslock_django").exists():
             errors.append(
                 Error(
-                    f"{SETTING}[{alias!r}]: table tslock_lock is missing in database {using!r} although "
-                    "its migration is recorded as applied",
+                    f"{SETTING}[{alias!r}]: table(s) {', '.join(missing)} missing in database {using!r} "
+                    "although tslock_django's migrations are recorded as applied",
                     hint=f"Recreate it: 'manage.py migrate tslock_django zero --fake --skip-checks "
                     f"--database {using}' then "
                     f"'manage.py migrate tslock_django --skip-checks --database {using}'.",

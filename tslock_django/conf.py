@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -26,6 +26,7 @@ DATABASE_BACKEND = "tslock_django.providers.database.DatabaseLockProvider"
 MEMORY_BACKEND = "tslock_django.providers.memory.MemoryLockProvider"
 DURABLE_OBJECT_BACKEND = "tslock_django.providers.cloudflare_do.DurableObjectLockProvider"
 KV_BACKEND = "tslock_django.providers.cloudflare_kv.KVLockProvider"
+REDIS_BACKEND = "tslock_django.providers.redis.RedisLockProvider"
 
 #: What an unset TSLOCK_PROVIDERS means: the embedded default on DATABASES["default"].
 DEFAULT_PROVIDERS: dict[str, dict[str, Any]] = {
@@ -186,7 +187,10 @@ def connect_signals() -> None:
 
 # -- the URL form -------------------------------------------------------------------
 
-SCHEMES = ("db", "memory", "cloudflare-do", "cloudflare-do+http", "cloudflare-kv")
+SCHEMES = ("db", "memory", "cloudflare-do", "cloudflare-do+http", "cloudflare-kv", "redis", "rediss")
+#: Query parameters of a redis:// URL that are the provider's OPTIONS; the others stay
+#: in the URL for redis-py (e.g. ``ssl_cert_reqs``).
+REDIS_URL_OPTIONS = ("key_prefix", "timeout")
 
 
 def parse_provider_url(url: str) -> dict[str, Any]:
@@ -197,7 +201,10 @@ def parse_provider_url(url: str) -> dict[str, Any]:
         ``memory://``: the in-process provider (tests, single-process tools);
         ``cloudflare-do://<token>@<host>[:port][/path]``: the Durable Object Worker over
         https (``cloudflare-do+http://`` for a local runtime);
-        ``cloudflare-kv://<account_id>:<api_token>@<namespace_id>?acknowledge_advisory_lock=true``.
+        ``cloudflare-kv://<account_id>:<api_token>@<namespace_id>?acknowledge_advisory_lock=true``;
+        ``redis://[[user]:password@]host[:port][/db]`` (``rediss://`` for TLS): the Redis
+        provider; ``key_prefix`` and ``timeout`` in the query string are its OPTIONS, the
+        rest of the query string stays in the URL for redis-py.
 
     Query parameters become OPTIONS (``?key_prefix=jobs:&timeout=5``); the provider
     validates them. Percent-encode reserved characters in tokens.
@@ -209,8 +216,8 @@ def parse_provider_url(url: str) -> dict[str, Any]:
     if not isinstance(url, str) or "://" not in url:
         raise InvalidLockProvider(
             "a lock provider URL looks like 'db://default', 'memory://', "
-            "'cloudflare-do://TOKEN@HOST/' or 'cloudflare-kv://ACCOUNT:TOKEN@NAMESPACE?"
-            "acknowledge_advisory_lock=true'"
+            "'cloudflare-do://TOKEN@HOST/', 'cloudflare-kv://ACCOUNT:TOKEN@NAMESPACE?"
+            "acknowledge_advisory_lock=true' or 'redis://:PASSWORD@HOST:6379/0'"
         )
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -243,6 +250,13 @@ def parse_provider_url(url: str) -> dict[str, Any]:
         # urlsplit lower-cases hostname; namespace ids are hex, but keep the original case.
         options.setdefault("namespace_id", unquote(parts.netloc.rsplit("@", 1)[1]))
         return {"BACKEND": KV_BACKEND, "OPTIONS": options}
+    if scheme in ("redis", "rediss"):
+        if not parts.hostname:
+            raise InvalidLockProvider(f"{scheme}:// needs a host: {scheme}://[:PASSWORD@]HOST[:PORT][/DB]")
+        ours = {k: v for k, v in options.items() if k in REDIS_URL_OPTIONS}
+        rest = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in ours]
+        url = parts._replace(query=urlencode(rest), fragment="").geturl()
+        return {"BACKEND": REDIS_BACKEND, "OPTIONS": {**ours, "url": url}}
     raise InvalidLockProvider(
         f"unknown lock provider URL scheme {scheme!r}; use one of {', '.join(s + '://' for s in SCHEMES)}"
     )

@@ -5,13 +5,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from html import unescape
 from typing import Any
 
 import pytest
+from django.http import QueryDict
 from django.test import Client
 from django.urls import reverse
 
-from tests.admin.tslock_test_providers import MEMORY, AdvisoryStaticProvider, StaticProvider, path_of
+from tests.admin.tslock_test_providers import (
+    MEMORY,
+    AdvisoryStaticProvider,
+    KVLikeMemoryProvider,
+    StaticProvider,
+    path_of,
+)
 from tslock_django import LockConfiguration
 from tslock_django.conf import providers
 from tslock_django.core.records import LockRecord
@@ -38,6 +46,17 @@ def row_names(html: str) -> list[str]:
     return re.findall(r'<tr data-provider="[^"]*" data-name="([^"]*)"', html)
 
 
+def link_of(html: str, link_id: str) -> str:
+    """The query string of the page link with this id (unescaped)."""
+    found = re.search(rf'<a href="([^"]*)" id="{link_id}"', html)
+    assert found, f"no {link_id} link on the page"
+    return unescape(found.group(1))
+
+
+def next_link(html: str) -> str:
+    return link_of(html, "next-page")
+
+
 def test_superuser_sees_records_of_every_provider_without_raw_tokens(
     settings: Any, admin_client: Client, locks_url: str
 ) -> None:
@@ -50,7 +69,7 @@ def test_superuser_sees_records_of_every_provider_without_raw_tokens(
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert row_names(html) == ["nightly-report", "invoices"]  # settings order of providers
+    assert row_names(html) == ["invoices", "nightly-report"]  # one table, by name across providers
     assert 'data-provider="alpha"' in html and 'data-provider="beta"' in html
     assert first.record.locked_by in html
     assert first.record.token_fingerprint in html and second.record.token_fingerprint in html
@@ -76,7 +95,7 @@ def test_columns_show_times_in_the_admin_time_zone_and_the_progress_bar(
         )
     }
 
-    html = admin_client.get(locks_url).content.decode()
+    html = admin_client.get(locks_url, {"state": "all"}).content.decode()
 
     assert "2031-01-01 09:00:00" in html  # 00:00 UTC shown in Tokyo time
     assert "2031-01-01 10:00:00" in html
@@ -98,7 +117,7 @@ def test_every_state_is_shown(settings: Any, admin_client: Client, locks_url: st
             ),
         )
     }
-    html = admin_client.get(locks_url).content.decode()
+    html = admin_client.get(locks_url, {"state": "all"}).content.decode()
     for label in ('tslock-state-held">held<', ">held for at-least<", ">expired<", ">unknown<"):
         assert label in html
 
@@ -155,9 +174,22 @@ def test_filter_by_provider_lists_only_that_provider(
 
 
 def test_filter_by_state(settings: Any, admin_client: Client, locks_url: str) -> None:
-    settings.TSLOCK_PROVIDERS = {"s": static(record("live"), record("gone", until=-timedelta(seconds=1)))}
-    assert row_names(admin_client.get(locks_url, {"state": "expired"}).content.decode()) == ["gone"]
-    assert row_names(admin_client.get(locks_url, {"state": "held"}).content.decode()) == ["live"]
+    settings.TSLOCK_PROVIDERS = {
+        "s": static(
+            record("live"),
+            record("gone", until=-timedelta(seconds=1)),
+            record("kept", released=True, token_fingerprint=""),
+        )
+    }
+
+    def shown(**params: str) -> list[str]:
+        return row_names(admin_client.get(locks_url, params).content.decode())
+
+    assert shown() == ["kept", "live"]  # current locks by default: held and at-least
+    assert shown(state="expired") == ["gone"]
+    assert shown(state="held") == ["live"]
+    assert shown(state="at_least") == ["kept"]
+    assert shown(state="all") == ["gone", "kept", "live"]
 
 
 @pytest.mark.parametrize(
@@ -165,42 +197,54 @@ def test_filter_by_state(settings: Any, admin_client: Client, locks_url: str) ->
     [
         ("name", ["a", "b", "c"]),
         ("-name", ["c", "b", "a"]),
-        ("fencing_token", ["c", "a", "b"]),
+        ("lock_until", ["b", "c", "a"]),
         ("-lock_until", ["a", "c", "b"]),
-        ("remaining", ["b", "c", "a"]),
-        ("locked_by", ["b", "a", "c"]),
-        ("-fingerprint", ["b", "c", "a"]),
-        ("state", ["a", "c", "b"]),
+        ("locked_at", ["c", "a", "b"]),
+        ("-locked_at", ["b", "a", "c"]),
     ],
 )
-def test_sort_by_any_column(
+def test_sort_by_name_and_times(
     settings: Any, admin_client: Client, locks_url: str, order: str, expected: list[str]
 ) -> None:
     settings.TSLOCK_PROVIDERS = {
         "s": static(
-            record(
-                "a", until=timedelta(hours=3), fencing_token=5, locked_by="m", token_fingerprint="11111111"
-            ),
-            record(
-                "b", until=-timedelta(hours=1), fencing_token=9, locked_by="k", token_fingerprint="33333333"
-            ),
-            record(
-                "c", until=timedelta(hours=2), fencing_token=1, locked_by="z", token_fingerprint="22222222"
-            ),
+            record("a", until=timedelta(hours=3), since=timedelta(minutes=2)),
+            record("b", until=-timedelta(hours=1), since=timedelta(minutes=1)),
+            record("c", until=timedelta(hours=2), since=timedelta(minutes=3)),
         )
     }
-    html = admin_client.get(locks_url, {"o": order}).content.decode()
+    html = admin_client.get(locks_url, {"o": order, "state": "all"}).content.decode()
     assert row_names(html) == expected
+    column = order.lstrip("-")
+    header = html[html.index(f"column-{column}") :].split("</th>")[0]
+    assert "sorted" in header and ("descending" if order.startswith("-") else "ascending") in header
 
 
-def test_large_listings_are_paginated(settings: Any, admin_client: Client, locks_url: str) -> None:
+def test_only_name_and_times_are_sortable(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(record("b"), record("a"))}
+    html = admin_client.get(locks_url).content.decode()
+    for column in ("name", "locked_at", "lock_until"):
+        assert re.search(rf'class="sortable column-{column}[^"]*">\s*<div class="text"><a href=', html)
+    for column in ("provider", "locked_by", "remaining", "state", "fencing_token", "fingerprint"):
+        header = html[html.index(f"column-{column}") :].split("</th>")[0]
+        assert "<a href" not in header
+    # An old link sorting by another column falls back to the default order.
+    assert row_names(admin_client.get(locks_url, {"o": "fencing_token"}).content.decode()) == ["a", "b"]
+
+
+def test_large_listings_are_paged_by_cursor(settings: Any, admin_client: Client, locks_url: str) -> None:
     settings.TSLOCK_PROVIDERS = {"s": static(*(record(f"job-{i:04d}") for i in range(250)))}
     first = admin_client.get(locks_url).content.decode()
-    last = admin_client.get(locks_url, {"p": "3"}).content.decode()
-    assert len(row_names(first)) == 100
-    assert row_names(first)[0] == "job-0000"
-    assert row_names(last) == [f"job-{i:04d}" for i in range(200, 250)]
+    assert row_names(first) == [f"job-{i:04d}" for i in range(100)]
     assert "250 locks" in first
+    assert 'id="previous-page"' not in first and 'id="first-page"' not in first
+    second = admin_client.get(locks_url + next_link(first)).content.decode()
+    third = admin_client.get(locks_url + next_link(second)).content.decode()
+    assert row_names(second) == [f"job-{i:04d}" for i in range(100, 200)]
+    assert row_names(third) == [f"job-{i:04d}" for i in range(200, 250)]
+    assert 'id="next-page"' not in third
+    back = admin_client.get(locks_url + link_of(third, "previous-page")).content.decode()
+    assert row_names(back) == row_names(second)
 
 
 def test_no_add_change_or_delete_views(settings: Any, admin_client: Client) -> None:
@@ -267,15 +311,6 @@ def test_release_lock_shows_checkboxes_with_the_holding(
     assert 'value="[&quot;s&quot;, &quot;kv&quot;, &quot;fingerprint&quot;, &quot;ab12cd34&quot;]"' in html
 
 
-def test_many_pages_get_an_elided_page_list(settings: Any, admin_client: Client, locks_url: str) -> None:
-    settings.TSLOCK_PROVIDERS = {"s": static(*(record(f"job-{i:05d}") for i in range(2000)))}
-    html = admin_client.get(locks_url, {"p": "10"}).content.decode()
-    assert row_names(html)[0] == "job-00900"
-    assert '<span class="this-page">10</span>' in html
-    assert "…" in html
-    assert "p=20" in html and "p=15" not in html
-
-
 def test_unknown_filter_values_are_ignored(settings: Any, admin_client: Client, locks_url: str) -> None:
     settings.TSLOCK_PROVIDERS = {"s": static(record("x"))}
     html = admin_client.get(locks_url, {"provider": "nope", "state": "odd", "o": "secret"}).content.decode()
@@ -287,3 +322,109 @@ def test_a_broken_setting_is_a_message(settings: Any, admin_client: Client, lock
     response = admin_client.get(locks_url)
     assert response.status_code == 200
     assert "TSLOCK_PROVIDERS is not configured correctly" in response.content.decode()
+
+
+# -- one table across providers, paged by cursor ------------------------------------------
+
+
+def kv_like(alias: str = "kv") -> dict[str, Any]:
+    return {"BACKEND": path_of(KVLikeMemoryProvider), "OPTIONS": {}}
+
+
+def test_next_and_previous_walk_two_providers(
+    settings: Any, admin_client: Client, locks_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tslock_django.admin import LockAdmin
+
+    monkeypatch.setattr(LockAdmin, "list_per_page", 3)
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "b": MEMORY}
+    for i in range(5):
+        assert providers["a"].lock(LockConfiguration(f"job-{2 * i}", "10m")) is not None
+        assert providers["b"].lock(LockConfiguration(f"job-{2 * i + 1}", "10m")) is not None
+    pages = [admin_client.get(locks_url, {"o": "-name"}).content.decode()]
+    while 'id="next-page"' in pages[-1]:
+        pages.append(admin_client.get(locks_url + next_link(pages[-1])).content.decode())
+    shown = [name for html in pages for name in row_names(html)]
+    assert shown == sorted((f"job-{i}" for i in range(10)), reverse=True)
+    assert [len(row_names(html)) for html in pages] == [3, 3, 3, 1]
+    assert "10 locks" in pages[0]
+    # And back, page by page, to the first.
+    html = pages[-1]
+    for expected_page in reversed(pages[:-1]):
+        html = admin_client.get(locks_url + link_of(html, "previous-page")).content.decode()
+        assert row_names(html) == row_names(expected_page)
+    assert 'id="previous-page"' not in html
+
+
+def test_a_bad_cursor_is_a_400_with_a_way_back(settings: Any, admin_client: Client, locks_url: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"s": static(*(record(f"job-{i:04d}") for i in range(150)))}
+    first = admin_client.get(locks_url, {"q": "job"}).content.decode()
+    cursor = QueryDict(next_link(first)[1:])["cursor"]
+
+    tampered = admin_client.get(locks_url, {"q": "job", "cursor": cursor[:-3] + "xyz"})
+    other_filter = admin_client.get(locks_url, {"q": "job-0", "cursor": cursor})
+    garbage = admin_client.get(locks_url, {"cursor": "not a cursor"})
+
+    for response in (tampered, other_filter, garbage):
+        assert response.status_code == 400
+        html = response.content.decode()
+        assert 'id="bad-cursor"' in html and 'id="first-page"' in html
+    assert "not one this site gave out" in tampered.content.decode()
+    assert "belongs to another listing" in other_filter.content.decode()
+    assert f'href="{locks_url}?q=job-0"' in other_filter.content.decode()
+
+
+def test_a_store_that_cannot_sort_says_so_and_is_left_out(
+    settings: Any, admin_client: Client, locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"db": MEMORY, "kv": kv_like()}
+    assert providers["db"].lock(LockConfiguration("db-job", "10m")) is not None
+    assert providers["kv"].lock(LockConfiguration("kv-job", "10m")) is not None
+
+    by_name = admin_client.get(locks_url).content.decode()
+    by_deadline = admin_client.get(locks_url, {"o": "lock_until"}).content.decode()
+
+    assert row_names(by_name) == ["db-job", "kv-job"]
+    assert "cannot sort" not in by_name
+    assert row_names(by_deadline) == ["db-job"]
+    assert (
+        "Lock provider &#x27;kv&#x27; cannot sort by lock until; its locks are not in this order."
+        in by_deadline
+    )
+
+
+def test_counts_are_shown_only_where_the_stores_have_them(
+    settings: Any, admin_client: Client, locks_url: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"db": MEMORY, "kv": kv_like()}
+    for name in ("a", "b"):
+        assert providers["db"].lock(LockConfiguration(name, "10m")) is not None
+    assert providers["kv"].lock(LockConfiguration("c", "10m")) is not None
+
+    both = admin_client.get(locks_url).content.decode()
+    db_only = admin_client.get(locks_url, {"provider": "db"}).content.decode()
+    kv_only = admin_client.get(locks_url, {"provider": "kv"}).content.decode()
+
+    assert "db: 2; kv: not counted" in both
+    assert "2 locks" in db_only
+    count = re.search(r'<span class="small quiet" id="lock-count">([^<]*)</span>', kv_only)
+    assert count and count.group(1).startswith("as of")  # no number it does not have
+
+
+def test_a_store_that_cannot_page_back_offers_the_first_page(
+    settings: Any, admin_client: Client, locks_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tslock_django.admin import LockAdmin
+
+    monkeypatch.setattr(LockAdmin, "list_per_page", 2)
+    settings.TSLOCK_PROVIDERS = {"db": MEMORY, "kv": kv_like()}
+    for name in ("a", "b", "c"):
+        assert providers["db"].lock(LockConfiguration(f"{name}-db", "10m")) is not None
+        assert providers["kv"].lock(LockConfiguration(f"{name}-kv", "10m")) is not None
+    first = admin_client.get(locks_url, {"q": "-"}).content.decode()
+    second = admin_client.get(locks_url + next_link(first)).content.decode()
+    assert row_names(second) == ["b-db", "b-kv"]
+    assert 'id="previous-page"' not in second
+    assert link_of(second, "first-page") == "?q=-"
+    assert "Lock provider &#x27;kv&#x27; cannot page backwards" in second
+    assert "searches only the keys it reads per page" in second

@@ -4,6 +4,7 @@ a LogEntry and the ``lock_force_released`` signal."""
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -128,8 +129,9 @@ def test_confirmed_release_logs_signals_and_redirects(
     for secret in (lock.token, other.token):
         assert secret not in caplog.text
         assert secret not in entry.change_message
-    # The page afterwards lists it as expired and the history shows the entry.
-    page = releaser.get(locks_url).content.decode()
+    # The page afterwards lists it as expired (when expired locks are asked for).
+    assert 'data-name="nightly-report"' not in releaser.get(locks_url).content.decode()
+    page = releaser.get(locks_url, {"state": "all"}).content.decode()
     row = page[page.index('data-name="nightly-report"') :].split("</tr>")[0]
     assert ">expired<" in row
     # The admin index lists it under "Recent actions" (as text: there is no change page).
@@ -476,3 +478,24 @@ def test_a_user_pk_that_is_not_an_integer_goes_into_the_history_as_is(
     assert created[0]["object_id"] == "mem:report"
     assert state_of(memory, "report") == "expired"
     assert [m.level_tag for m in request._messages] == ["success"]  # type: ignore[attr-defined]
+
+
+def test_kv_on_the_locks_page_follows_name_order_and_is_left_out_of_time_orders(
+    fake_kv: FakeKVTransport, clock: MutableClock, settings: Any, admin_client: Client, locks_url: str
+) -> None:
+    # Needs the Workers KV provider's query() (the KV branch of the listing issue).
+    settings.TSLOCK_PROVIDERS = {**settings.TSLOCK_PROVIDERS, "mem": {**MEMORY, "OPTIONS": {"clock": clock}}}
+    held(providers["kv"], "b-kv")
+    held(providers["mem"], "a-mem")
+    held(providers["mem"], "c-mem")
+    fake_kv.reset_counts()
+
+    by_name = admin_client.get(locks_url).content.decode()
+    again = admin_client.get(locks_url).content.decode()
+    by_deadline = admin_client.get(locks_url, {"o": "lock_until"}).content.decode()
+
+    assert re.findall(r'data-name="([^"]*)"', by_name) == ["a-mem", "b-kv", "c-mem"]
+    assert re.findall(r'data-name="([^"]*)"', again) == ["a-mem", "b-kv", "c-mem"]
+    assert fake_kv.requests.get("GET keys", 0) == 1  # the second view came from the listing cache
+    assert re.findall(r'data-name="([^"]*)"', by_deadline) == ["a-mem", "c-mem"]
+    assert "Lock provider &#x27;kv&#x27; cannot sort by lock until" in by_deadline

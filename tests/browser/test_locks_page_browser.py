@@ -1,5 +1,6 @@
-"""End to end in a real headless Chromium: log in, see two providers' locks, force-release
-one through the confirmation page, and find it released and in the history.
+"""End to end in a real headless Chromium: log in, see three providers' locks in one
+table, force-release one through the confirmation page, find it released and in the
+history; and page through a merged listing with next and previous.
 
 Needs Playwright for Python (the ``test`` dependency group) and Debian's Chromium at
 ``/usr/bin/chromium`` (or ``TSLOCK_CHROMIUM``); Playwright's own browser download is not
@@ -94,6 +95,13 @@ def test_release_a_lock_in_the_browser(
 
     rows = page.locator("#result_list tbody tr")
     assert rows.count() == 4
+    # One table across the stores, by name.
+    assert [row.get_attribute("data-name") for row in rows.all()] == [
+        "db-nightly-report",
+        "kv-sync",
+        "mem-cleanup",
+        "mem-invoices",
+    ]
     assert page.locator('tr[data-provider="default"][data-name="db-nightly-report"]').count() == 1
     assert page.locator('tr[data-provider="mem"][data-name="mem-invoices"]').count() == 1
     assert db_lock.token not in page.content() and mem_lock.token not in page.content()
@@ -109,6 +117,10 @@ def test_release_a_lock_in_the_browser(
     page.click("#confirm-release")
     page.wait_for_selector("#result_list")
     assert "Force-released lock 'mem-invoices'" in page.inner_text("ul.messagelist")
+    # Current locks are shown by default; the released one is among the expired ones.
+    assert page.locator('tr[data-name="mem-invoices"]').count() == 0
+    page.click('#changelist-filter a:text("All, expired too")')
+    page.wait_for_selector('tr[data-name="mem-invoices"]')
     released_row = page.locator('tr[data-name="mem-invoices"]')
     assert released_row.locator("td.tslock-state-expired").count() == 1
     assert page.locator('tr[data-name="db-nightly-report"] td.tslock-state-held').count() == 1
@@ -121,3 +133,49 @@ def test_release_a_lock_in_the_browser(
     page.wait_for_selector("#history-list")
     history = page.inner_text("#history-list")
     assert "mem:mem-invoices" in history and "operator" in history
+
+
+def test_page_through_three_stores_in_the_browser(
+    page: Any, live_server: Any, settings: Any, admin_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tslock_django.admin import LockAdmin
+
+    monkeypatch.setattr(LockAdmin, "list_per_page", 4)
+    settings.TSLOCK_PROVIDERS = {
+        "one": MEMORY,
+        "two": MEMORY,
+        "kv": {"BACKEND": path_of(FencelessMemoryProvider)},
+    }
+    for i in range(11):
+        alias = ("one", "two", "kv")[i % 3]
+        assert providers[alias].lock(LockConfiguration(f"job-{i:02d}", f"{10 + i}m")) is not None
+
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/tslock_django/lock/%3Fo%3D-lock_until")
+    page.fill("#id_username", admin_user.username)
+    page.fill("#id_password", "password")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+
+    def shown() -> list[str]:
+        return [row.get_attribute("data-name") or "" for row in page.locator("#result_list tbody tr").all()]
+
+    # Longest deadline first: job-10 (20 minutes) down to job-00 (10 minutes).
+    pages = [shown()]
+    assert page.locator("#previous-page").count() == 0
+    while page.locator("#next-page").count():
+        page.click("#next-page")
+        page.wait_for_selector("#result_list")
+        pages.append(shown())
+    assert pages == [
+        ["job-10", "job-09", "job-08", "job-07"],
+        ["job-06", "job-05", "job-04", "job-03"],
+        ["job-02", "job-01", "job-00"],
+    ]
+    assert "11 locks" in page.inner_text("#lock-pages")
+    for expected in reversed(pages[:-1]):
+        page.click("#previous-page")
+        page.wait_for_selector("#result_list")
+        assert shown() == expected
+    assert page.locator("#previous-page").count() == 0
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "locks-page-paging.png"), full_page=True)

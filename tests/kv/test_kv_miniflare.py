@@ -25,6 +25,7 @@ import pytest
 
 from tslock_django.core.clock import SystemClock
 from tslock_django.core.configuration import LockConfiguration
+from tslock_django.core.query import LockQuery
 from tslock_django.core.records import fingerprint
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_kv import KVLockProvider
@@ -171,3 +172,37 @@ def test_wrong_namespace_and_token_on_real_kv(rest_url: str) -> None:
     assert refused.value.status_code == 401
     with httpx.Client() as client:  # the worker is a real HTTP server
         assert client.get(rest_url + "/nothing").status_code == 404
+
+
+def test_query_pages_restart_real_kv_cursors(provider: KVLockProvider, rest_url: str) -> None:
+    provider.list_page_keys = 10  # three KV pages for 25 locks
+    for i in range(20):
+        assert provider.lock(LockConfiguration(f"job-{i:02}", "5m")) is not None
+    for i in range(20, 25):  # as @tslock/cloudflare-kv writes them: no metadata
+        record = {"lockUntil": 4102444800000, "lockedAt": 0, "lockedBy": "worker", "token": f"t{i}"}
+        provider.namespace.put(provider.key_for(f"job-{i:02}"), json.dumps(record), expiration_ttl=300)
+    expected = [f"job-{i:02}" for i in range(25)]
+
+    pages = list(provider.pages(LockQuery(limit=7)))
+    assert [r.name for p in pages for r in p.records] == expected
+    assert [len(p.records) for p in pages] == [7, 7, 7, 4]
+
+    tight = KVLockProvider(
+        "kv-e2e-tight",
+        clock=SystemClock(),
+        account_id=ACCOUNT_ID,
+        namespace_id=NAMESPACE_ID,
+        api_token=API_TOKEN,
+        acknowledge_advisory_lock=True,
+        base_url=rest_url,
+        key_prefix=provider.key_prefix,
+        list_request_budget=3,
+        list_cache_seconds=0,
+    )
+    tight.list_page_keys = 10
+    try:
+        pages = list(tight.pages(LockQuery(limit=100)))
+        assert [r.name for p in pages for r in p.records] == expected
+        assert any("not read yet" in note for p in pages for note in p.notes)
+    finally:
+        tight.close()

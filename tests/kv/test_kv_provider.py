@@ -11,6 +11,7 @@ import pytest
 
 from tslock_django.core.clock import MutableClock
 from tslock_django.core.configuration import LockConfiguration
+from tslock_django.core.query import ALL_STATES, LockQuery
 from tslock_django.core.records import fingerprint
 from tslock_django.exceptions import InvalidLockProvider, LockProviderError
 from tslock_django.providers.cloudflare_kv import KVLockProvider, KVRecord, epoch_ms, expiration_ttl
@@ -65,9 +66,21 @@ def test_options_are_validated_with_messages_that_name_the_key() -> None:
         ("base_url", "ftp://x"),
         ("key_prefix", 5),
         ("key_prefix", "p" * 512),
+        ("list_request_budget", 1),
+        ("list_request_budget", 1201),
+        ("list_request_budget", 2.5),
+        ("list_request_budget", True),
+        ("list_request_budget", "many"),
+        ("list_cache_seconds", -1),
+        ("list_cache_seconds", 301),
+        ("list_cache_seconds", False),
+        ("list_cache_seconds", "soon"),
     ]:
         with pytest.raises(InvalidLockProvider, match=repr(key)):
             KVLockProvider("kv", **{**base, key: bad})
+    # From a settings URL, numbers arrive as text.
+    made = KVLockProvider("kv", **base, list_request_budget="25", list_cache_seconds="0")
+    assert made.options["list_request_budget"] == 25 and made.options["list_cache_seconds"] == 0.0
 
 
 def test_provider_states_its_guarantee_and_hides_the_token(make_provider: MakeProvider) -> None:
@@ -197,6 +210,11 @@ def test_unlock_before_at_least_keeps_the_lock_until_then(
     stored = json.loads(kv.get_raw("tslock:job") or "")
     assert stored["lockUntil"] == epoch_ms(held.lock_at_least_until)
     assert stored["token"] == held.token
+    assert list(stored) == ["lockUntil", "lockedAt", "lockedBy", "token"], "the TypeScript format"
+    # Only the metadata, which TypeScript neither writes nor reads, says it was released.
+    assert kv.metadata_of("tslock:job") == {**stored, "released": True}
+    [listed] = provider.list_locks()
+    assert listed.released and listed.state(clock.now()) == "held_for_at_least"
     assert provider.lock(config()) is None
     clock.advance("25s")
     assert provider.lock(config()) is not None
@@ -340,15 +358,19 @@ def test_list_locks_shows_expired_records_until_kv_drops_them(
         "[1,2,3]",
     ],
 )
-def test_a_value_that_is_not_a_record_is_a_provider_error_naming_the_key(
+def test_a_value_that_is_not_a_record_is_an_error_for_locking_and_a_note_for_listing(
     make_provider: MakeProvider, kv: FakeKVTransport, stored: str
 ) -> None:
     provider = make_provider()
     kv.put_raw("tslock:job", stored)
+    assert provider.lock(config("other")) is not None
     with pytest.raises(LockProviderError, match="'tslock:job'"):
         provider.lock(config())
-    with pytest.raises(LockProviderError, match="'tslock:job'"):
-        provider.list_locks()
+    # The listing shows the rest and says which key it left out.
+    page = provider.query(LockQuery(states=ALL_STATES))
+    assert [r.name for r in page.records] == ["other"]
+    assert any("'tslock:job'" in note and "not" in note for note in page.notes), page.notes
+    assert [r.name for r in provider.list_locks()] == ["other"]
     assert kv.get_raw("tslock:job") == stored
 
 
@@ -422,10 +444,13 @@ def test_times_a_datetime_cannot_hold_are_a_malformed_record_error(
         kv.put_raw("tslock:job", stored, metadata=json.loads(stored))
     else:
         kv.put_raw("tslock:job", stored)
-    for call in (lambda: provider.lock(config()), provider.list_locks):
-        with pytest.raises(LockProviderError, match="'tslock:job'") as caught:
-            call()
-        assert "1970 and year 9999" in str(caught.value)
+    with pytest.raises(LockProviderError, match="'tslock:job'") as caught:
+        provider.lock(config())
+    assert "1970 and year 9999" in str(caught.value)
+    page = provider.query(LockQuery(states=ALL_STATES))
+    assert page.records == []
+    [note] = page.notes
+    assert "'tslock:job'" in note and "1970 and year 9999" in note
 
 
 def test_the_last_representable_millisecond_is_still_a_record(

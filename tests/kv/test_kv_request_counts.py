@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tslock_django.core.clock import MutableClock
 from tslock_django.core.configuration import LockConfiguration
+from tslock_django.core.query import LockQuery
 from tslock_django.testing.kv_fake import FakeKVTransport
 
 from .conftest import MakeProvider
@@ -55,21 +58,52 @@ def test_requests_per_operation(
     assert kv.requests == {"GET value": 1, "DELETE value": 1}, "force_unlock"
 
 
-def test_listing_five_thousand_locks(make_provider: MakeProvider, kv: FakeKVTransport) -> None:
-    provider = make_provider()
-    for i in range(5000):
+def store(kv: FakeKVTransport, count: int, *, metadata: bool) -> None:
+    for i in range(count):
         record = {"lockUntil": 10**13, "lockedAt": 0, "lockedBy": "h", "token": f"t{i}"}
-        kv.put_raw(f"tslock:job-{i:05}", json.dumps(record, separators=(",", ":")), metadata=record)
-    kv.reset_counts()
-    assert len(provider.list_locks()) == 5000
-    assert kv.requests == {"GET keys": 5}, "with metadata: one request per 1,000 locks"
+        text = json.dumps(record, separators=(",", ":"))
+        if metadata:
+            kv.put_raw(f"tslock:job-{i:05}", text, metadata=record)
+        else:  # as written by @tslock/cloudflare-kv
+            kv.put_raw(f"tslock:job-{i:05}", text)
 
-    for i in range(5000):  # the same records as written by @tslock/cloudflare-kv: no metadata
-        record = {"lockUntil": 10**13, "lockedAt": 0, "lockedBy": "h", "token": f"t{i}"}
-        kv.put_raw(f"tslock:job-{i:05}", json.dumps(record, separators=(",", ":")))
+
+# (keys, metadata, list_cache_seconds) -> (records on the admin's first page, requests of
+# one view, of ten views, of a walk over every page (list_locks), pages in that walk).
+# The default list_request_budget is 10 requests a page.
+LISTING_COSTS = [
+    ((5000, True, 5), (100, 1, 1, {"GET keys": 5}, 5)),
+    ((5000, True, 0), (100, 1, 10, {"GET keys": 9}, 5)),
+    ((300, False, 5), (9, 10, 10, {"GET keys": 1, "GET value": 300}, 34)),
+    ((300, False, 0), (9, 10, 100, {"GET keys": 34, "GET value": 300}, 34)),
+]
+
+
+@pytest.mark.parametrize(("stored", "costs"), LISTING_COSTS)
+def test_listing_costs(
+    make_provider: MakeProvider,
+    kv: FakeKVTransport,
+    clock: MutableClock,
+    stored: tuple[int, bool, float],
+    costs: tuple[int, int, int, dict[str, int], int],
+) -> None:
+    count, metadata, cache_seconds = stored
+    first_page, one_view, ten_views, walk, pages = costs
+    provider = make_provider(list_cache_seconds=cache_seconds)
+    store(kv, count, metadata=metadata)
+
     kv.reset_counts()
-    assert len(provider.list_locks()) == 5000
-    assert kv.requests == {"GET keys": 5, "GET value": 5000}, "without metadata: one read per key"
+    assert len(provider.query(LockQuery()).records) == first_page
+    assert kv.request_count() == one_view, "the admin's first page"
+    for _ in range(9):
+        provider.query(LockQuery())
+    assert kv.request_count() == ten_views, "ten views of the admin's first page"
+
+    clock.advance(60)  # past the cache period
+    kv.reset_counts()
+    assert len(provider.list_locks()) == count
+    assert kv.requests == walk, "every page, 1,000 records at most per page"
+    assert len(list(provider.pages(LockQuery(limit=1000)))) == pages
 
 
 def test_force_unlock_by_fingerprint_as_the_admin_does(

@@ -53,6 +53,7 @@ def test_the_bundle_holds_the_shipped_worker_and_a_valid_config(tmp_path: Path) 
     assert deploy.index("    npm install\n") < deploy.index("    npx wrangler secret put"), (
         "the pinned wrangler is installed before its first use"
     )
+    assert "deploy this folder's Worker first" in deploy, "the upgrade order is part of the notes"
 
 
 def test_the_bundle_pins_wrangler_exactly(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.provider import SimpleLock
+from tslock_django.core.query import LockQuery
 from tslock_django.core.records import LockRecord, fingerprint
 from tslock_django.exceptions import InvalidLockProvider, LockProviderError, LockRateLimited
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
@@ -121,17 +123,63 @@ def test_provider_survives_close_and_is_usable_again(provider: DurableObjectLock
     assert [r.name for r in provider.list_locks()] == ["a", "b"]
 
 
-def test_list_locks_follows_cursors(
-    provider: DurableObjectLockProvider, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import tslock_django.providers.cloudflare_do as module
-
-    monkeypatch.setattr(module, "PAGE_SIZE", 2)
+def test_pages_follow_the_worker_one_request_each(provider: DurableObjectLockProvider) -> None:
     names = [f"n{i:02d}" for i in range(7)]
     for name in names:
         assert provider.lock(config(name)) is not None
+    pages = list(provider.pages(LockQuery(prefix="n0", limit=2)))
+    assert [[r.name for r in p.records] for p in pages] == [names[0:2], names[2:4], names[4:6], names[6:]]
     assert [r.name for r in provider.list_locks()] == names
     assert [r.name for r in provider.list_locks(prefix="n0")] == names
+
+
+def test_queries_stay_inside_the_key_prefix(local_worker: LocalWorker) -> None:
+    run = uuid.uuid4().hex[:8]
+
+    def make(alias: str, key_prefix: str) -> DurableObjectLockProvider:
+        return DurableObjectLockProvider(
+            alias, url=local_worker.url, token=local_worker.token, key_prefix=key_prefix
+        )
+
+    one, two, three = make("one", f"{run}-a:"), make("two", f"{run}-a;"), make("three", f"{run}-a")
+    try:
+        for provider in (one, two, three):
+            for name in ("job", "zz"):
+                assert provider.lock(config(name, "10m")) is not None
+        # three's names are "{run}-ajob" and "{run}-azz": between and around the others.
+        for order in ("name", "lock_until", "locked_at"):
+            for descending in (False, True):
+                query = LockQuery(order=order, descending=descending, limit=1)
+                assert sorted(r.name for p in one.pages(query) for r in p.records) == ["job", "zz"]
+                assert sorted(r.name for p in three.pages(query) for r in p.records) == [
+                    ":job",
+                    ":zz",
+                    ";job",
+                    ";zz",
+                    "job",
+                    "zz",
+                ], "a key prefix is plain concatenation: another prefix's keys can be inside it"
+        # The key prefix is not part of the name a search looks at.
+        assert one.query(LockQuery(search="a:")).records == []
+        assert [r.name for r in one.query(LockQuery(search="JOB")).records] == ["job"]
+        assert [r.name for r in two.query(LockQuery(prefix="z")).records] == ["zz"]
+    finally:
+        for provider in (one, two, three):
+            provider.close()
+
+
+def test_a_page_of_a_thousand_through_the_provider(provider: DurableObjectLockProvider) -> None:
+    names = [f"k{i:04}" for i in range(1001)]
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(lambda n: provider.lock(config(n, "10m")) is not None, names))
+    page = provider.query(LockQuery(limit=1000))
+    assert [r.name for r in page.records] == names[:1000]
+    assert page.next_cursor is not None
+    rest = provider.query(LockQuery(limit=1000, cursor=page.next_cursor))
+    assert [r.name for r in rest.records] == names[1000:] and rest.next_cursor is None
+    by_until = provider.query(LockQuery(limit=1000, order="lock_until", descending=True))
+    assert len(by_until.records) == 1000
+    assert len(provider.list_locks()) == 1001
 
 
 # -- persistence -----------------------------------------------------------------------
@@ -329,9 +377,127 @@ def test_a_record_outside_the_key_prefix_is_an_error() -> None:
     assert_provider_error(lambda: provider.lock(config("x")), says="key_prefix")
 
 
-def test_a_repeating_cursor_is_an_error_not_an_endless_loop() -> None:
-    provider = mock_provider(lambda r: httpx.Response(200, json={"locks": [], "cursor": "again"}))
-    assert_provider_error(provider.list_locks, says="cursor")
+NOW_MS = 1_700_000_030_000
+
+
+def page_answer(*records: dict[str, Any], more: bool = False, **extra: Any) -> dict[str, Any]:
+    return {"locks": list(records), "more": more, "now_ms": NOW_MS, **extra}
+
+
+MALFORMED_PAGES: list[tuple[str, Any, str]] = [
+    ("old-worker", {"locks": [], "cursor": None, "now_ms": NOW_MS}, "deploy the Worker of this"),
+    ("no-locks", {"more": False, "now_ms": NOW_MS}, "'locks'"),
+    ("locks-not-list", {"locks": {}, "more": False, "now_ms": NOW_MS}, "'locks'"),
+    ("more-not-bool", {"locks": [], "more": "no", "now_ms": NOW_MS}, "'more'"),
+    ("no-now", {"locks": [], "more": False}, "'now_ms'"),
+    ("too-many", page_answer(GOOD_RECORD, {**GOOD_RECORD, "name": "y"}), "2 records for a page of at most 1"),
+    ("not-a-record", page_answer("x"), "'record'"),
+    ("bad-record", page_answer({**GOOD_RECORD, "fencing_token": "3"}), "fencing_token"),
+    ("expired", page_answer({**GOOD_RECORD, "lock_until_ms": NOW_MS}), "not one the query asked for"),
+    ("released", page_answer({**GOOD_RECORD, "released": True}), "not one the query asked for"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"), [m[1:] for m in MALFORMED_PAGES], ids=[m[0] for m in MALFORMED_PAGES]
+)
+def test_a_malformed_page_is_an_error_naming_the_alias(body: Any, says: str) -> None:
+    provider = mock_provider(lambda r: httpx.Response(200, json=body))
+    query = LockQuery(states=frozenset({"held"}), limit=1)
+    error = assert_provider_error(lambda: provider.query(query), says=says)
+    assert "list locks" in str(error)
+
+
+def test_a_page_outside_the_query_or_out_of_order_is_an_error() -> None:
+    a, b = {**GOOD_RECORD, "name": "a"}, {**GOOD_RECORD, "name": "b"}
+    cases = [
+        (LockQuery(prefix="b"), page_answer(a), "not one the query asked for"),
+        (LockQuery(search="zz"), page_answer(a), "not one the query asked for"),
+        (LockQuery(), page_answer(b, a), "out of order"),
+        (LockQuery(), page_answer(a, a), "out of order"),
+        (LockQuery(descending=True), page_answer(a, b), "out of order"),
+    ]
+    for query, body, says in cases:
+        provider = mock_provider(lambda r, body=body: httpx.Response(200, json=body))
+        assert_provider_error(lambda p=provider, q=query: p.query(q), says=says)
+    # A record at or before the position the page continues from is a repeat too.
+    pages = iter([page_answer(a, b, more=True), page_answer(b)])
+    provider = mock_provider(lambda r: httpx.Response(200, json=next(pages)))
+    first = provider.query(LockQuery(limit=2))
+    assert first.next_cursor
+    assert_provider_error(
+        lambda: provider.query(LockQuery(limit=2, cursor=first.next_cursor)), says="out of order"
+    )
+
+
+def test_a_record_outside_the_key_prefix_in_a_page_is_an_error() -> None:
+    provider = DurableObjectLockProvider(
+        "edge",
+        url="https://locks.example.test",
+        token=SECRET,
+        key_prefix="mine:",
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json=page_answer(GOOD_RECORD))),
+    )
+    assert_provider_error(provider.list_locks, says="key_prefix")
+
+
+def test_the_query_travels_with_the_key_prefix_and_keysets_in_milliseconds() -> None:
+    seen: list[httpx.QueryParams] = []
+    record = {**GOOD_RECORD, "name": "p:job"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.params)
+        return httpx.Response(200, json=page_answer(record, more=True) if len(seen) == 1 else page_answer())
+
+    provider = DurableObjectLockProvider(
+        "edge", url="https://h.example", token=SECRET, key_prefix="p:", transport=httpx.MockTransport(handler)
+    )
+    query = LockQuery(prefix="jo", search="Ob", order="lock_until", descending=True, limit=1)
+    first = provider.query(query)
+    provider.query(replace(query, cursor=first.next_cursor))
+    assert dict(seen[0]) == {
+        "prefix": "p:jo",
+        "search": "Ob",
+        "search_skip": "2",
+        "states": "held,at_least",
+        "order": "lock_until",
+        "desc": "1",
+        "limit": "1",
+    }
+    assert seen[1]["after_key"] == str(GOOD_RECORD["lock_until_ms"])
+    assert seen[1]["after_name"] == "p:job"
+    by_name = LockQuery(states=frozenset({"at_least"}))
+    assert provider._worker_position(by_name, ("job", "job")) == {"after_key": "p:job", "after_name": "p:job"}
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_a_microsecond_key_between_milliseconds_maps_exactly(descending: bool) -> None:
+    provider = mock_provider(lambda r: httpx.Response(500))
+    query = LockQuery(order="locked_at", descending=descending)
+    # Records hold whole milliseconds: after 5,000.5 ms ascending means from 5,001 ms on;
+    # before it descending means up to 5,000 ms. (5001, "") says both to the Worker.
+    assert provider._worker_position(query, (5_000_500, "x")) == {"after_key": 5001, "after_name": ""}
+    assert provider._worker_position(query, (5_000_000, "x")) == {"after_key": 5000, "after_name": "x"}
+
+
+def test_a_prefix_or_search_longer_than_any_name_matches_nothing_without_a_request() -> None:
+    provider = mock_provider(lambda r: httpx.Response(500))
+    assert provider.query(LockQuery(prefix="é" * 257)).records == []
+    assert provider.query(LockQuery(search="x" * 513)).next_cursor is None
+
+
+def test_expired_is_dropped_with_a_note_not_sent_to_the_worker() -> None:
+    seen: list[httpx.QueryParams] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.params)
+        return httpx.Response(200, json=page_answer())
+
+    provider = mock_provider(handler)
+    page = provider.query(LockQuery(states=frozenset({"expired", "held"})))
+    assert page.notes and "expired" not in seen[0]["states"]
+    assert provider.query(LockQuery(states=frozenset({"expired"}))).records == []
+    assert len(seen) == 1, "a query for expired records alone needs no request"
 
 
 def test_unlock_and_force_unlock_need_their_flag() -> None:
@@ -462,7 +628,7 @@ def test_a_time_a_datetime_cannot_hold_is_a_malformed_record_error(field: str, v
     held = mock_provider(lambda r: httpx.Response(200, json={"acquired": False, "record": record}))
     error = assert_provider_error(lambda: held.lock(config("nightly")), says=field)
     assert "'nightly'" in str(error) and "out of range" in str(error)
-    listing = mock_provider(lambda r: httpx.Response(200, json={"locks": [record], "cursor": None}))
+    listing = mock_provider(lambda r: httpx.Response(200, json=page_answer(record)))
     error = assert_provider_error(listing.list_locks, says=field)
     assert "'nightly'" in str(error)
 

@@ -19,6 +19,7 @@ import httpx
 from ..core.configuration import LockConfiguration
 from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
+from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import LockRecord
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
@@ -33,8 +34,6 @@ from .http import (
 
 #: The Worker's limit on ``locked_by`` (code points).
 MAX_LOCKED_BY = 255
-#: The Worker's page size limit for ``GET /v1/locks``.
-PAGE_SIZE = 1000
 
 
 class DurableObjectLockProvider(LockProvider):
@@ -58,6 +57,13 @@ class DurableObjectLockProvider(LockProvider):
     default_options: ClassVar = {"url": REQUIRED, "token": REQUIRED, "key_prefix": "", "timeout": 10.0}
     secret_options: ClassVar = frozenset({"token"})
     max_key_bytes: ClassVar[int] = 512
+    # The index answers every order both ways, search and states; it keeps no expired
+    # records (they leave it when they end) and has no cheap count.
+    listing: ClassVar = ListingSupport(expired=False, total=False)
+    self_cleaning: ClassVar = (
+        "each lock's Durable Object clears it when it ends (an alarm) and the index drops it; "
+        "the per-name fencing counter stays"
+    )
 
     def __init__(
         self,
@@ -287,31 +293,73 @@ class DurableObjectLockProvider(LockProvider):
         data = self._call(what, "POST", "/v1/force-release", body=body)
         return self._flag(data, "released", what)
 
-    def list_locks(self, prefix: str = "") -> list[LockRecord]:
-        """Every held lock whose name starts with ``prefix``, ordered by name, without
-        tokens. Follows the Worker's pages (1,000 records each)."""
-        what = f"list locks with prefix {prefix!r}"
+    # -- listing -------------------------------------------------------------------
+
+    def _query(self, query: LockQuery, after: object | None) -> StorePage:
+        # One request per page: the Worker's index filters, sorts and cuts (see the
+        # GET /v1/locks notes in worker/index.js); everything it answers is checked here.
+        what = f"list locks with prefix {query.prefix!r}"
         key_prefix = str(self.options["key_prefix"])
+        if max(len((key_prefix + query.prefix).encode()), len(query.search.encode())) > self.max_key_bytes:
+            return StorePage(records=[], more=False)  # longer than any name: nothing matches
+        params: dict[str, Any] = {
+            "prefix": key_prefix + query.prefix,
+            "states": ",".join(s for s in ("held", "at_least") if s in query.states),
+            "order": query.order,
+            "desc": "1" if query.descending else "0",
+            "limit": query.limit,
+        }
+        if query.search:
+            # The key prefix is not part of the names users search.
+            params.update(search=query.search, search_skip=len(key_prefix))
+        mark = None if after is None else query.keyset(after)
+        if mark is not None:
+            params.update(self._worker_position(query, mark))
+        data = self._call(what, "GET", "/v1/locks", params=params)
+        page = data.get("locks")
+        if not isinstance(page, list):
+            raise self._malformed(what, "'locks' is missing or not a list")
+        if "more" not in data and "cursor" in data:
+            raise self._malformed(
+                what,
+                "it pages the old way, without listing queries; deploy the Worker of this "
+                "tslock-django release (manage.py tslock worker)",
+            )
+        more = self._flag(data, "more", what)
+        now_ms = data.get("now_ms")
+        if not isinstance(now_ms, int) or isinstance(now_ms, bool) or not epoch_ms_in_range(now_ms):
+            raise self._malformed(what, "'now_ms' is missing or not a time in epoch milliseconds")
+        if len(page) > query.limit:
+            raise self._malformed(what, f"{len(page)} records for a page of at most {query.limit}")
+        now = from_epoch_ms(now_ms)
         records: list[LockRecord] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        while True:
-            params: dict[str, Any] = {"prefix": key_prefix + prefix, "limit": PAGE_SIZE}
-            if cursor:
-                params["cursor"] = cursor
-            data = self._call(what, "GET", "/v1/locks", params=params)
-            page = data.get("locks")
-            if not isinstance(page, list):
-                raise self._malformed(what, "'locks' is missing or not a list")
-            for item in page:
-                # The Worker filters by prefix already; this guards against a store that does not.
-                name = item.get("name") if isinstance(item, dict) else None
-                if isinstance(name, str) and not name.startswith(key_prefix + prefix):
-                    continue
-                records.append(self._record(item, what)[0])
-            cursor = data.get("cursor")
-            if cursor is None or cursor == "":
-                return records
-            if not isinstance(cursor, str) or cursor in seen:
-                raise self._malformed(what, "the listing cursor is not a string or repeats")
-            seen.add(cursor)
+        previous = mark
+        for item in page:
+            record = self._record(item, what)[0]
+            if not query.matches(record, now):
+                raise self._malformed(
+                    what, f"record {record.name!r} is not one the query asked for (prefix, search or state)"
+                )
+            key = query.sort_key(record)
+            if previous is not None and not query.after(key, previous):
+                raise self._malformed(what, f"record {record.name!r} is out of order or repeats one")
+            previous = key
+            records.append(record)
+        return StorePage(records=records, more=more)
+
+    def _worker_position(self, query: LockQuery, mark: tuple[int | str, str]) -> dict[str, str | int]:
+        """The Worker's ``after_key`` / ``after_name`` for keyset ``mark``. Names gain the
+        key prefix; time keys go from microseconds (cursors) to the Worker's whole
+        milliseconds, exactly: records hold whole milliseconds, and a key between two
+        of them becomes the next whole millisecond with the empty name."""
+        key_prefix = str(self.options["key_prefix"])
+        key, name = mark
+        if isinstance(key, str):
+            return {"after_key": key_prefix + key, "after_name": key_prefix + name}
+        whole, part = divmod(key, 1000)
+        if part == 0:
+            return {"after_key": whole, "after_name": key_prefix + name}
+        # "" sorts before every name, so "after (whole + 1, '')" is every record from
+        # whole + 1 ms on (ascending) and "before" it every record up to whole ms
+        # (descending): exactly the records on the right side of the key.
+        return {"after_key": whole + 1, "after_name": ""}

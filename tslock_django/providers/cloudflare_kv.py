@@ -19,6 +19,14 @@ The storage format is the one of ``@tslock/cloudflare-kv``, byte for byte:
 
 The same JSON is also stored as the key's metadata so that listing needs one request per
 1,000 locks; keys written without metadata (by the TypeScript package) are read one by one.
+The metadata alone also carries ``"released": true`` when a holder released its lock before
+``lock_at_least_for`` ended (the TypeScript format has no such field).
+
+Listing (:meth:`KVLockProvider.query`) follows KV's key listing, which is by name only:
+KV answers the prefix and the name order; search and states are applied to the keys read,
+within ``list_request_budget`` REST requests per page, and a page that ran out of budget
+says how far it got and continues on the next page. List answers are cached for
+``list_cache_seconds`` so that repeated views cost nothing.
 """
 
 from __future__ import annotations
@@ -26,9 +34,9 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import httpx
 
@@ -36,11 +44,12 @@ from ..core.clock import ClockProvider
 from ..core.configuration import LockConfiguration
 from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
+from ..core.query import CURRENT_STATES, ListingSupport, LockQuery, StorePage, fold, record_state
 from ..core.records import LockRecord, fingerprint
-from ..exceptions import LockProviderError
+from ..exceptions import InvalidCursor, LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms, to_epoch_ms
 from .http import BEARER_TOKEN_RULE, valid_bearer_token
-from .kv_rest import DEFAULT_BASE_URL, LIST_LIMIT_MAX, KVKey, KVRestNamespace
+from .kv_rest import DEFAULT_BASE_URL, LIST_LIMIT_MAX, MISS, KVKey, KVPage, KVRestNamespace, ListingCache
 
 #: The name this module has always exported for ``to_epoch_ms`` (tests and callers use it).
 epoch_ms = to_epoch_ms
@@ -68,18 +77,30 @@ class KVRecord:
     locked_by: str
     # The ownership token: whoever has it can unlock or extend, so a repr must not show it.
     token: str = field(repr=False)
+    #: Released by its holder and kept only for ``lock_at_least_for``. The TypeScript
+    #: format has no such field, so it travels in the metadata only (``None``: unknown,
+    #: as for a record read from a value).
+    released: bool | None = False
 
     def encode(self) -> str:
         """The exact text ``JSON.stringify`` produces for this record in TypeScript."""
         return json.dumps(self.as_json(), separators=(",", ":"), ensure_ascii=False)
 
     def as_json(self) -> dict[str, Any]:
+        """The record in the TypeScript format (the stored value)."""
         return {
             "lockUntil": self.lock_until,
             "lockedAt": self.locked_at,
             "lockedBy": self.locked_by,
             "token": self.token,
         }
+
+    def metadata(self) -> dict[str, Any]:
+        """The key's metadata: the record, and ``released`` when it is."""
+        data = self.as_json()
+        if self.released:
+            data["released"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> KVRecord | None:
@@ -103,7 +124,28 @@ class KVRecord:
         locked_by, token = data.get("lockedBy"), data.get("token")
         if not isinstance(locked_by, str) or not isinstance(token, str):
             return None
-        return cls(times[0], times[1], locked_by, token)
+        return cls(times[0], times[1], locked_by, token, data.get("released") is True)
+
+    @classmethod
+    def parse(cls, text: str, *, key: str) -> KVRecord | str:
+        """The record in stored value ``text``, or a sentence saying what is wrong with it
+        (naming ``key``)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return (
+                f"key {key!r} holds a value that is not JSON, so it is not a lock record of "
+                "@tslock/cloudflare-kv; delete the key or use another key_prefix"
+            )
+        record = cls.from_json(data)
+        if record is None:
+            return (
+                f"key {key!r} holds JSON that is not a lock record (it needs lockUntil and lockedAt as "
+                "integer epoch milliseconds between 1970 and year 9999, and string lockedBy and token); "
+                "delete the key or use another key_prefix"
+            )
+        # A value never says whether its holder released it (the metadata does).
+        return replace(record, released=None)
 
     @classmethod
     def decode(cls, text: str, *, key: str, alias: str) -> KVRecord:
@@ -112,23 +154,10 @@ class KVRecord:
         Raises:
             LockProviderError: naming ``key`` when the value is not JSON or lacks a field.
         """
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise LockProviderError(
-                f"key {key!r} holds a value that is not JSON, so it is not a lock record of "
-                "@tslock/cloudflare-kv; delete the key or use another key_prefix",
-                alias=alias,
-            ) from err
-        record = cls.from_json(data)
-        if record is None:
-            raise LockProviderError(
-                f"key {key!r} holds JSON that is not a lock record (it needs lockUntil and lockedAt as "
-                "integer epoch milliseconds between 1970 and year 9999, and string lockedBy and token); "
-                "delete the key or use another key_prefix",
-                alias=alias,
-            )
-        return record
+        parsed = cls.parse(text, key=key)
+        if isinstance(parsed, str):
+            raise LockProviderError(parsed, alias=alias)
+        return parsed
 
 
 class KVLockProvider(LockProvider):
@@ -144,6 +173,31 @@ class KVLockProvider(LockProvider):
             token is seen (default ``True``; one more request per acquisition).
         base_url: the API root (default ``https://api.cloudflare.com/client/v4``).
         timeout: seconds per request (default 10).
+        list_request_budget: the most REST requests one :meth:`query` call (one page of
+            a listing) may spend, list pages and value reads together (default 10, from
+            2 to 1,200). The API token's budget is 1,200 requests per 5 minutes, shared
+            with the jobs. When it runs out before the page is full, the page holds what
+            was found, its notes say how many keys were examined (and which keys written
+            without metadata were not read yet), and the next page goes on from there.
+            An answer from the cache counts like a request, so a page is the same page
+            whether it came from KV or from the cache.
+        list_cache_seconds: how long list answers, and values read for a listing, are
+            reused (default 5; ``0`` turns the cache off). Reads for acquire, unlock and
+            extend never use it, and this provider's own writes clear it, so a process
+            sees its own changes at once; another process's changes can show up to this
+            late.
+
+    Listing: Workers KV lists keys in name order with their metadata, 1,000 per request,
+    and has no other index. So :meth:`query` answers ``order="name"`` ascending only
+    (``lock_until`` or ``locked_at`` orders, descending order and previous pages are
+    refused as :class:`~tslock_django.exceptions.UnsupportedQuery`); ``prefix`` is KV's
+    own prefix; ``search`` (on names: it costs no read) and ``states`` are applied to the
+    keys read. ``at_least`` is told from ``held`` by this provider's metadata; a current
+    lock written without metadata counts as held, and the page says so. ``total`` is
+    never given. Expired records are listed until KV drops their key by its TTL. A
+    value that is not a lock record is left out with a note naming its key. Cursors
+    hold KV's own cursor, which KV may stop accepting after a while: such a cursor is
+    an :class:`~tslock_django.exceptions.InvalidCursor`.
 
     Keyword Args:
         transport: an ``httpx.BaseTransport`` used instead of the network (tests, e.g.
@@ -163,6 +217,8 @@ class KVLockProvider(LockProvider):
         "confirm_write": True,
         "base_url": DEFAULT_BASE_URL,
         "timeout": 10.0,
+        "list_request_budget": 10,
+        "list_cache_seconds": 5.0,
     }
     secret_options = frozenset({"api_token"})
     max_key_bytes = 512
@@ -171,6 +227,20 @@ class KVLockProvider(LockProvider):
     #: collide with the previous write and be refused (HTTP 429). Checks and the
     #: keep-alive use it to refuse such configurations.
     min_keep_alive_at_most_for: ClassVar[timedelta] = timedelta(seconds=2)
+    listing: ClassVar[ListingSupport] = ListingSupport(
+        orders=frozenset({"name"}),
+        descending=False,
+        search=False,
+        states=False,
+        expired=True,
+        total=False,
+        backward=False,
+    )
+    self_cleaning: ClassVar[str | None] = (
+        "Workers KV deletes each lock's key by its TTL, at most about a minute after the lock ends"
+    )
+    #: Keys asked for per list request (KV's maximum: the fewest requests per listing).
+    list_page_keys: int = LIST_LIMIT_MAX
 
     def __init__(
         self,
@@ -194,6 +264,7 @@ class KVLockProvider(LockProvider):
             alias=alias,
             transport=transport,
         )
+        self._listing_cache = ListingCache(self.clock, float(opts["list_cache_seconds"]))
 
     def _validate_options(self) -> None:
         opts = self.options
@@ -230,6 +301,20 @@ class KVLockProvider(LockProvider):
             raise self.option_error(
                 "timeout", f"must be a number of seconds between 0 and 300, got {timeout!r}"
             )
+        budget = opts["list_request_budget"]
+        if isinstance(budget, bool) or not isinstance(budget, int) or not 2 <= budget <= 1200:
+            # Two at least: one list page and one value read, so every page gets further.
+            raise self.option_error(
+                "list_request_budget",
+                f"must be a whole number of REST requests per listing page from 2 to 1200 (one list "
+                f"request and one value read at least), got {budget!r}",
+            )
+        seconds = opts["list_cache_seconds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 300:
+            raise self.option_error(
+                "list_cache_seconds",
+                f"must be a number of seconds from 0 (no cache) to 300, got {seconds!r}",
+            )
 
     # -- keys ------------------------------------------------------------------------
 
@@ -254,13 +339,26 @@ class KVLockProvider(LockProvider):
         return None if text is None else KVRecord.decode(text, key=key, alias=self.alias)
 
     def _write(self, key: str, record: KVRecord, now_ms: int) -> None:
-        metadata: dict[str, Any] | None = record.as_json()
-        if len(record.encode().encode("utf-8")) > MAX_METADATA_BYTES:
+        metadata: dict[str, Any] | None = record.metadata()
+        if len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
             # A very long locked_by would break the write; listing then reads the value.
             metadata = None
-        self.namespace.put(
-            key, record.encode(), expiration_ttl=expiration_ttl(record.lock_until, now_ms), metadata=metadata
-        )
+        try:
+            self.namespace.put(
+                key,
+                record.encode(),
+                expiration_ttl=expiration_ttl(record.lock_until, now_ms),
+                metadata=metadata,
+            )
+        finally:
+            # Even a write that failed may have landed: listings must read again.
+            self._listing_cache.clear()
+
+    def _delete(self, key: str) -> None:
+        try:
+            self.namespace.delete(key)
+        finally:
+            self._listing_cache.clear()
 
     def _record(self, name: str, stored: KVRecord, *, with_token: bool) -> LockRecord:
         return LockRecord(
@@ -271,6 +369,7 @@ class KVLockProvider(LockProvider):
             token=stored.token if with_token else "",
             fencing_token=None,
             provider=self.alias,
+            released=bool(stored.released),
             token_fingerprint=fingerprint(stored.token) if stored.token else "",
         )
 
@@ -307,11 +406,10 @@ class KVLockProvider(LockProvider):
             return False
         at_least_ms = epoch_ms(held.lock_at_least_until)
         if at_least_ms <= now_ms:
-            self.namespace.delete(key)
+            self._delete(key)
         else:
-            self._write(
-                key, KVRecord(at_least_ms, current.locked_at, current.locked_by, current.token), now_ms
-            )
+            kept = KVRecord(at_least_ms, current.locked_at, current.locked_by, current.token, released=True)
+            self._write(key, kept, now_ms)
         return True
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
@@ -347,37 +445,223 @@ class KVLockProvider(LockProvider):
             return False
         if expected is not None and expected not in (current.token, fingerprint(current.token)):
             return False
-        self.namespace.delete(key)
+        self._delete(key)
         return current.lock_until > self._now_ms()
 
-    def list_locks(self, prefix: str = "") -> list[LockRecord]:
-        """Every record under ``key_prefix + prefix`` (expired ones included, until KV
-        drops them), without tokens. One request per 1,000 keys, plus one per key that
-        was written without metadata.
+    # -- listing ---------------------------------------------------------------------
 
-        Raises:
-            LockProviderError: the store failed or a key holds something that is not a record.
-        """
-        records: list[LockRecord] = []
-        cursor = ""
-        while True:
-            page = self.namespace.list(prefix=self.key_prefix + prefix, limit=LIST_LIMIT_MAX, cursor=cursor)
-            for entry in page.keys:
-                record = self._listed(entry)
-                if record is not None:
-                    records.append(record)
-            cursor = page.cursor
-            if not cursor:
-                return records
+    def _query(self, query: LockQuery, after: object | None) -> StorePage:
+        # The base class has refused what KV cannot do (other orders, descending,
+        # backward pages), so this is a forward walk over KV's key listing.
+        return _Scan(self, query, after).run()
 
-    def _listed(self, entry: KVKey) -> LockRecord | None:
-        if not entry.name.startswith(self.key_prefix):
+    def _list_page(self, prefix: str, cursor: str) -> KVPage:
+        """One KV list page, fresh (the cache is the scan's business)."""
+        try:
+            return self.namespace.list(prefix=prefix, limit=self.list_page_keys, cursor=cursor)
+        except LockProviderError as err:
+            if cursor and err.status_code == 400:
+                # KV refuses a cursor it no longer knows (they are opaque and may expire).
+                raise InvalidCursor(
+                    "Workers KV no longer accepts this listing position; start again from the first page"
+                ) from err
+            raise
+
+
+def _position(after: object | None) -> tuple[str, str | None]:
+    """``(kv_cursor, last_name)`` from a position this provider gave out."""
+    if after is None:
+        return "", None
+    if (
+        isinstance(after, list)
+        and len(after) == 2
+        and isinstance(after[0], str)
+        and (after[1] is None or isinstance(after[1], str))
+    ):
+        return after[0], after[1]
+    raise InvalidCursor("the listing cursor is not a Workers KV position; start again from the first page")
+
+
+#: How many unread key names a note shows before "and N more".
+_NAMES_SHOWN = 5
+
+
+class _Scan:
+    """One page of a listing: walks KV's list pages from a position, applies search and
+    states, reads keys without metadata, and stops at ``limit + 1`` records, at the end
+    of the listing, or when the request budget is spent.
+
+    A position is ``[kv_cursor, name]``: restart the KV list page at ``kv_cursor`` and
+    skip every name up to and including ``name`` (``None``: skip nothing). KV pages are
+    restarted rather than keyset-searched because KV cannot start after a given key.
+    """
+
+    def __init__(self, provider: KVLockProvider, query: LockQuery, after: object | None) -> None:
+        self.provider = provider
+        self.query = query
+        self.start = _position(after)
+        self.budget: int = provider.options["list_request_budget"]
+        self.cache = provider._listing_cache
+        self.spent = 0
+        self.examined = 0
+        self.records: list[LockRecord] = []
+        self.positions: list[list[str | None]] = []
+        self.notes: list[str] = []
+        self.undecided = 0
+
+    # -- requests, within the budget and through the cache -------------------------------
+
+    def list_page(self, prefix: str, cursor: str) -> KVPage | None:
+        """The KV page at ``cursor``, or ``None`` when the budget is spent."""
+        if self.spent >= self.budget:
             return None
-        name = entry.name[len(self.key_prefix) :]
-        stored = KVRecord.from_json(entry.metadata) if entry.has_metadata else None
-        if stored is None:
-            # Written without (our) metadata, e.g. by @tslock/cloudflare-kv: read the value.
-            stored = self._read(entry.name)
-            if stored is None:  # deleted between the listing and the read
-                return None
-        return self._record(name, stored, with_token=False)
+        # A cached answer counts against the budget too: so a page is the same page
+        # whether it came from KV or from the cache, and repeated views cost nothing.
+        self.spent += 1
+        key = ("keys", prefix, cursor, self.provider.list_page_keys)
+        cached = self.cache.get(key)
+        if cached is not MISS:
+            return cast(KVPage, cached)
+        generation = self.cache.generation
+        page = self.provider._list_page(prefix, cursor)
+        self.cache.put(key, page, generation=generation, weight=len(page.keys))
+        return page
+
+    def value(self, key: str) -> tuple[bool, bytes | None]:
+        """``(True, the stored value of key)`` (``None``: deleted since it was listed),
+        or ``(False, None)`` when the budget is spent."""
+        if self.spent >= self.budget:
+            return False, None
+        self.spent += 1
+        cache_key = ("value", key)
+        cached = self.cache.get(cache_key)
+        if cached is not MISS:
+            return True, cast("bytes | None", cached)
+        generation = self.cache.generation
+        content = self.provider.namespace.get_bytes(key)
+        # Weighed by the kilobyte: a huge value under the prefix is not kept.
+        size = 0 if content is None else len(content) // 1024
+        self.cache.put(cache_key, content, generation=generation, weight=1 + size)
+        return True, content
+
+    # -- the walk ----------------------------------------------------------------------
+
+    def run(self) -> StorePage:
+        provider, query = self.provider, self.query
+        key_prefix = provider.key_prefix
+        prefix = key_prefix + query.prefix
+        needle = fold(query.search)
+        now = provider.clock.now()
+        cursor, skip = self.start
+        # Everything up to ``done`` has been looked at: where the next page starts.
+        done: tuple[str, str | None] = self.start
+        seen = {cursor}
+        while True:
+            page = self.list_page(prefix, cursor)
+            if page is None:
+                return self.stopped(done)
+            last = len(page.keys) - 1
+            for index, entry in enumerate(page.keys):
+                name = entry.name[len(key_prefix) :]
+                if not entry.name.startswith(prefix) or (skip is not None and name <= skip):
+                    continue
+                # Just after the last key of a page is the start of the next page: saves
+                # listing a page again only to skip all of it.
+                here = (page.cursor, None) if index == last and page.cursor else (cursor, name)
+                if needle and needle not in fold(name):
+                    self.examined += 1
+                    done = here
+                    continue
+                stored = KVRecord.from_json(entry.metadata) if entry.has_metadata else None
+                if stored is None and len(self.records) == query.limit:
+                    # Another key that may match: say "more" without spending a read on it.
+                    return self.full(done)
+                if stored is None:
+                    read, content = self.value(entry.name)
+                    if not read:
+                        self.note_unread(page.keys[index:], prefix, skip, needle)
+                        return self.stopped(done)
+                    stored = self.decode(entry.name, content)
+                self.examined += 1
+                if stored is not None:
+                    record = provider._record(name, stored, with_token=False)
+                    if stored.released is None and record.lock_until > now and query.states & CURRENT_STATES:
+                        self.undecided += 1
+                    if record_state(record, now) in query.states:
+                        if len(self.records) == query.limit:
+                            return self.full(done)
+                        self.records.append(record)
+                        self.positions.append(list(here))
+                done = here
+            if not page.cursor:
+                return self.answer(False, done)
+            if page.cursor in seen:
+                raise LockProviderError(
+                    "Workers KV answered a listing cursor it had already given; stopped reading "
+                    "rather than go round forever",
+                    alias=provider.alias,
+                )
+            seen.add(page.cursor)
+            cursor, skip = page.cursor, None
+            done = (cursor, None)
+
+    def decode(self, key: str, content: bytes | None) -> KVRecord | None:
+        """The record in a value read for the listing, or ``None`` (with a note when the
+        value is not a record, so the rest of the page still shows)."""
+        if content is None:  # deleted since it was listed
+            return None
+        try:
+            parsed = KVRecord.parse(content.decode("utf-8"), key=key)
+        except UnicodeDecodeError:
+            parsed = f"key {key!r} holds a value that is not UTF-8 text, so it is not a lock record"
+        if isinstance(parsed, str):
+            self.notes.append(parsed + "; left out of this listing")
+            return None
+        return parsed
+
+    def full(self, done: tuple[str, str | None]) -> StorePage:
+        return self.answer(True, done)
+
+    def answer(self, more: bool, done: tuple[str, str | None]) -> StorePage:
+        if self.undecided:
+            self.notes.append(
+                f"{self.undecided} current locks were written without metadata (as "
+                "@tslock/cloudflare-kv writes them), which does not say whether the holder released "
+                "them early and they are kept only for lock_at_least_for; they count as held"
+            )
+        return StorePage(
+            self.records, more=more, notes=self.notes, positions=self.positions, resume=list(done)
+        )
+
+    def stopped(self, done: tuple[str, str | None]) -> StorePage:
+        """The budget ran out: what was found, and the place to go on from."""
+        if len(self.records) < self.query.limit:
+            self.notes.append(
+                f"examined {self.examined} keys with the {self.budget} REST requests a page may spend "
+                "(OPTIONS list_request_budget); the rest follow on the next page"
+            )
+        if done == self.start and not self.records:
+            # Cannot happen with a budget of two or more; never hand out a cursor that
+            # would make the reader ask for the same page forever.
+            raise LockProviderError(
+                "the listing made no progress within its request budget", alias=self.provider.alias
+            )
+        return self.full(done)
+
+    def note_unread(self, rest: list[KVKey], prefix: str, skip: str | None, needle: str) -> None:
+        """Name the keys of this KV page that need a value read the budget had no room for."""
+        unread = []
+        for entry in rest:
+            name = entry.name[len(self.provider.key_prefix) :]
+            if not entry.name.startswith(prefix) or (skip is not None and name <= skip):
+                continue
+            if needle and needle not in fold(name):
+                continue
+            if not entry.has_metadata or KVRecord.from_json(entry.metadata) is None:
+                unread.append(entry.name)
+        shown = ", ".join(repr(k) for k in unread[:_NAMES_SHOWN])
+        more = f" and {len(unread) - _NAMES_SHOWN} more" if len(unread) > _NAMES_SHOWN else ""
+        self.notes.append(
+            f"{len(unread)} keys written without metadata (as @tslock/cloudflare-kv writes them) "
+            f"were not read yet, at one request each: {shown}{more}; they follow on the next page"
+        )

@@ -2,9 +2,19 @@
 
 Acquire is one conditional ``UPDATE`` (take an expired row) and, when no row exists
 yet, one ``INSERT`` whose conflict means "held". Deadlines come from the database's
-clock by default, so web nodes with skewed clocks still agree. Rows are never deleted:
-after release they keep the last holder and the fencing counter, which therefore grows
-monotonically per name.
+clock by default, so web nodes with skewed clocks still agree. Locking never deletes
+rows: after release they keep the last holder and the fencing counter, which therefore
+grows monotonically per name. ``purge()`` deletes rows expired longer than a retention
+period, raising the high-water mark in ``tslock_fence`` to their fencing tokens in the
+same transaction; a name inserted afresh starts from that mark, so its tokens still
+grow across a purge.
+
+A listing is one ``SELECT`` per page: a range on the primary key for a prefix, ``LIKE``
+for a substring, the states as comparisons with "now", a keyset on ``(key, name)`` and
+``LIMIT limit + 1``, never ``OFFSET``; the indexes of migration 0003 serve the current
+locks and the time orders. When that page is not the whole answer, a second ``SELECT``
+counts the records up to ``COUNT_CAP`` for ``LockPage.total``. Names compare in code
+point order on every database (a binary collation; "C" on PostgreSQL, migration 0002).
 
 Times cross the Python/SQL boundary as integer microseconds since the Unix epoch,
 converted in SQL, never through Django's datetime adapters: those depend on
@@ -23,8 +33,9 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable
-from contextlib import nullcontext
+import string
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
@@ -34,15 +45,29 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
+from ..core.query import ALL_STATES, ListingSupport, LockQuery, StorePage, fold
 from ..core.records import LockRecord, fingerprint
-from ..exceptions import LockProviderError
-from .epoch import from_epoch_us, to_epoch_us
+from ..exceptions import InvalidCursor, LockProviderError
+from .epoch import MAX_EPOCH_US, from_epoch_us, to_epoch_us
 
 logger = logging.getLogger("tslock_django")
 
 T = TypeVar("T")
 
 TABLE = "tslock_lock"
+FENCE_TABLE = "tslock_fence"
+#: The most rows one purge transaction may delete (``batch_size``); a batch holds
+#: row locks until it commits, so it should stay short.
+MAX_PURGE_BATCH = 10_000
+#: Names per statement within a batch: they are parameters, and SQLite before 3.32
+#: takes at most 999 of those.
+_NAMES_PER_STATEMENT = 900
+#: Listings count their records (``LockPage.total``) up to this many; beyond it, a
+#: count would read more rows than a page is worth, and the total is ``None``.
+COUNT_CAP = 10_000
+#: The character that escapes ``%``, ``_`` and itself in LIKE patterns: not a
+#: backslash, which MySQL also reads as an escape inside string literals.
+LIKE_ESCAPE = "!"
 _MICRO = timedelta(microseconds=1)
 _SQLITE_TIME = "'%%Y-%%m-%%d %%H:%%M:%%f'"
 
@@ -52,6 +77,10 @@ class _Dialect:
     reads a column back as epoch microseconds."""
 
     returning = True
+    #: How a read takes a shared row lock (a fresh INSERT reads the fencing mark so).
+    share_lock = ""
+    #: How a read takes an exclusive row lock (purge locks the rows it deletes).
+    update_lock = ""
 
     def now(self) -> str:
         raise NotImplementedError
@@ -67,8 +96,32 @@ class _Dialect:
     def epoch_us(self, column: str) -> str:
         raise NotImplementedError
 
+    def few(self, term: str) -> str:
+        """``term``, marked for the planner as true for few rows where it needs that."""
+        return term
+
+    def beyond(self, column: str, direction: str) -> tuple[str, int]:
+        """The keyset term ``(column, name) <direction> (instant, name)`` with
+        parameters of epoch microseconds and a name, and how many times the instant's
+        parameter occurs. A row value: PostgreSQL and SQLite read it as one range of
+        the ``(column, name)`` index."""
+        return f"({column}, name) {direction} ({self.instant()}, %s)", 1
+
+    def insert_if_missing(self, table: str, columns: str, values: str) -> str:
+        """An INSERT of constant ``values`` that does nothing when the key exists."""
+        return f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING"
+
+    def fold(self, column: str, letters: str) -> str:
+        """``column`` with ASCII letters lower-cased (only ``letters`` need to be: the
+        lower-case ASCII letters of the search) and every other character as it is:
+        the store's side of :func:`~tslock_django.core.query.fold`."""
+        raise NotImplementedError
+
 
 class _PostgreSQL(_Dialect):
+    share_lock = " FOR SHARE"
+    update_lock = " FOR UPDATE"
+
     def now(self) -> str:
         return "statement_timestamp()"  # constant within a statement (clock_timestamp() is not)
 
@@ -81,11 +134,17 @@ class _PostgreSQL(_Dialect):
     def epoch_us(self, column: str) -> str:
         return f"(EXTRACT(EPOCH FROM {column}) * 1000000)::bigint"
 
+    def fold(self, column: str, letters: str) -> str:
+        # Under the "C" collation lower() changes ASCII letters only.
+        return f'lower({column} COLLATE "C")'
+
 
 class _MySQL(_Dialect):
     # Columns are DATETIME(6) holding UTC wall time; UTC_TIMESTAMP ignores the session
     # time zone, and all arithmetic below is on UTC wall time.
     returning = False
+    share_lock = " LOCK IN SHARE MODE"  # MariaDB has no FOR SHARE
+    update_lock = " FOR UPDATE"
 
     def now(self) -> str:
         return "UTC_TIMESTAMP(6)"
@@ -98,6 +157,23 @@ class _MySQL(_Dialect):
 
     def epoch_us(self, column: str) -> str:
         return f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {column})"
+
+    def beyond(self, column: str, direction: str) -> tuple[str, int]:
+        # MySQL and MariaDB scan a row value comparison whole; expanded, their range
+        # optimizer makes it two ranges of the index that join into one.
+        instant = self.instant()
+        return f"({column} {direction} {instant} OR ({column} = {instant} AND name {direction} %s))", 2
+
+    def insert_if_missing(self, table: str, columns: str, values: str) -> str:
+        return f"INSERT IGNORE INTO {table} ({columns}) VALUES ({values})"
+
+    def fold(self, column: str, letters: str) -> str:
+        # LOWER() here follows Unicode ("É" -> "é", KELVIN SIGN -> "k"), and the binary
+        # collation makes REPLACE and LIKE exact, so fold just the letters searched for:
+        # other characters cannot take part in a match whatever their case.
+        for letter in letters:
+            column = f"REPLACE({column}, '{letter.upper()}', '{letter}')"
+        return column
 
 
 class _SQLite(_Dialect):
@@ -116,8 +192,68 @@ class _SQLite(_Dialect):
     def epoch_us(self, column: str) -> str:
         return f"CAST(ROUND((julianday({column}) - 2440587.5) * 86400000.0) AS INTEGER) * 1000"
 
+    def few(self, term: str) -> str:
+        # SQLite cannot estimate a range bounded by a function of "now", and would read
+        # the primary key in name order (skipping expired rows) to spare a sort. In a
+        # large table current locks are few (it is expired names that pile up), so say
+        # so: the range on the lock_until index and a sort of its rows then win, as they
+        # do on the other databases from their statistics. unlikely() (1 in 16) is not
+        # enough to beat a range on the name.
+        return f"likelihood({term}, 0.001)"
+
+    def fold(self, column: str, letters: str) -> str:
+        # SQLite's own lower() changes ASCII letters only.
+        return f"lower({column})"
+
 
 _DIALECTS: dict[str, type[_Dialect]] = {"postgresql": _PostgreSQL, "mysql": _MySQL, "sqlite": _SQLite}
+
+
+def _unmatchable(text: str) -> bool:
+    """Whether ``text`` holds a character no lock name can: a control character
+    (refused by ``LockConfiguration``) or a lone surrogate (not encodable as UTF-8).
+    Such a prefix or search matches nothing, and PostgreSQL would refuse NUL outright."""
+    return any(ord(c) < 0x20 or c == "\x7f" or 0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix``, in code point
+    order: the prefix with its last character raised by one (characters that cannot be
+    raised, U+10FFFF, are dropped first), or ``None`` when nothing is above them all.
+    ``name >= prefix AND name < end`` then selects exactly the names with that prefix."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            raised = 0xE000 if last + 1 == 0xD800 else last + 1  # surrogates are no characters
+            return "".join(chars) + chr(raised)
+    return None
+
+
+def _like_containing(folded: str) -> str:
+    """A LIKE pattern (escape character ``LIKE_ESCAPE``) matching names that contain
+    ``folded`` literally: ``%``, ``_`` and the escape character stand for themselves."""
+    escaped = "".join(LIKE_ESCAPE + c if c in ("%", "_", LIKE_ESCAPE) else c for c in folded)
+    return f"%{escaped}%"
+
+
+def _state_filter(states: frozenset[str], now: str, dialect: _Dialect) -> str | None:
+    """The WHERE condition of ``states`` given the SQL of "now", using "now" once (so
+    at most one parameter), or ``None`` when every state is wanted. A released record
+    has an empty token; the time decides whether it is still kept."""
+    if states >= ALL_STATES:
+        return None
+    if "expired" not in states:
+        current = dialect.few(f"lock_until > {now}")
+        if states == {"held"}:
+            return f"{current} AND token <> ''"
+        if states == {"at_least"}:
+            return f"{current} AND token = ''"
+        return current
+    if states == {"expired"}:
+        return f"lock_until <= {now}"
+    # expired and one of the current states: an expired row satisfies either.
+    return f"(lock_until <= {now} OR token {'<>' if 'held' in states else '='} '')"
 
 
 @dataclass(frozen=True)
@@ -134,7 +270,7 @@ class _Statements:
     extend: str
     extend_read_back: str
     force_unlock: str
-    list_all: str
+    columns: str
 
     @classmethod
     def build(cls, dialect: _Dialect, use_db_time: bool) -> _Statements:
@@ -145,9 +281,16 @@ class _Statements:
         columns = f"name, {epoch('lock_until')}, {epoch('locked_at')}, locked_by, token, fencing_token"
         taken = f"{epoch('locked_at')}, {epoch('lock_until')}, fencing_token"
         returning = f" RETURNING {taken}" if dialect.returning else ""
+        # A name new to the table starts above every fencing token purge() deleted. The
+        # mark is read with a shared lock: a purge holds it exclusively from before it
+        # deletes a row until it commits the raised mark, so this read waits for that
+        # and sees the new mark (a plain snapshot read could see the old one). No row
+        # (a `manage.py flush` empties both tables) means nothing was purged since.
+        mark = f"(SELECT mark FROM {FENCE_TABLE} WHERE id = 1{dialect.share_lock})"
+        first_token = f"COALESCE({mark}, 0) + 1"
         insert = (
             f"INSERT INTO {TABLE} (name, lock_until, locked_at, locked_by, token, fencing_token) "
-            f"VALUES (%s, {until}, {now}, %s, %s, 1)"
+            f"VALUES (%s, {until}, {now}, %s, %s, {first_token})"
         )
         if dialect.returning:
             insert += " ON CONFLICT (name) DO NOTHING" + returning
@@ -179,7 +322,7 @@ class _Statements:
             force_unlock=(
                 f"UPDATE {TABLE} SET lock_until = {now}, token = '' WHERE name = %s AND lock_until > {now}"
             ),
-            list_all=f"SELECT {columns} FROM {TABLE}",
+            columns=columns,
         )
 
 
@@ -197,6 +340,7 @@ class DatabaseLockProvider(LockProvider):
     guarantee: ClassVar = "strong"
     default_options: ClassVar[dict[str, Any]] = {"using": "default", "use_db_time": True}
     max_key_bytes: ClassVar[int] = 255
+    listing: ClassVar[ListingSupport] = ListingSupport(total=True)
 
     def __init__(self, alias: str = "default", **kwargs: Any) -> None:
         super().__init__(alias, **kwargs)
@@ -221,6 +365,8 @@ class DatabaseLockProvider(LockProvider):
         self.use_db_time = self.options["use_db_time"]
         self._dialect = _DIALECTS[vendor]()
         self._sql = _Statements.build(self._dialect, self.use_db_time)
+        # The SQL of "now" in reads; its parameter (if any) comes from _now().
+        self._now_sql = self._dialect.now() if self.use_db_time else self._dialect.instant()
 
     # -- parameters for "now" ---------------------------------------------------------
 
@@ -424,21 +570,263 @@ class DatabaseLockProvider(LockProvider):
             sql, params = sql + " AND token = %s", [*params, expected]
         return self._on_connection(what, lambda conn: self._run(conn, what, sql, params)[0] == 1)
 
-    def list_locks(self, prefix: str = "") -> list[LockRecord]:
-        select, params = self._sql.list_all, []
-        if prefix:
-            # LIKE would need escaping per vendor; a range on the primary key is exact.
-            select += " WHERE name >= %s AND name < %s"
-            params = [prefix, prefix + "\U0010ffff"]
-        # Reading needs no connection of its own: inside the caller's transaction it sees
-        # what was committed (on MySQL, as of the transaction's snapshot), which is what a
-        # listing (the admin page under ATOMIC_REQUESTS) may show.
+    # -- listing --------------------------------------------------------------------
+
+    def _query(self, query: LockQuery, after: object | None) -> StorePage:
+        if _unmatchable(query.prefix) or _unmatchable(query.search):
+            return StorePage(records=[], more=False, total=0)
+        what = "list locks"
+        sql, params = self._page_statement(query, after)
+
+        def read(conn: BaseDatabaseWrapper) -> tuple[list[Any], int | None]:
+            rows = self._run(conn, what, sql, params, fetch=True)[1]
+            if after is None and len(rows) <= query.limit:
+                return rows, len(rows)  # the whole answer is in hand
+            count = self._count_statement(query)
+            if count is None:
+                return rows, None
+            counted = int(self._run(conn, what, *count, fetch=True)[1][0][0])
+            return rows, counted if counted <= COUNT_CAP else None
+
+        rows, total = self._reading(what, read)
+        records = [self._record(row) for row in rows[: query.limit]]
+        return StorePage(records=records, more=len(rows) > query.limit, total=total)
+
+    def _count_statement(self, query: LockQuery) -> tuple[str, list[Any]] | None:
+        """A count of ``query``'s records that reads at most ``COUNT_CAP + 1`` of
+        them (a larger answer is no total), or ``None`` where even that could read
+        the whole table: a search over expired records, which no index narrows
+        (expired names are nearly all of a large table)."""
+        if query.search and "expired" in query.states:
+            return None
+        where, params = self._filters(query)
+        matching = f"SELECT 1 FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
+        return f"SELECT COUNT(*) FROM ({matching} LIMIT {COUNT_CAP + 1}) AS matching", params
+
+    def _page_statement(self, query: LockQuery, after: object | None) -> tuple[str, list[Any]]:
+        """The one SELECT of a page: ``query``'s filters, the keyset after ``after``,
+        its order and ``LIMIT limit + 1`` (the extra row says whether there is more)."""
+        where, params = self._filters(query)
+        descending = query.descending
+        beyond = "<" if descending else ">"
+        column = query.order  # "name", "lock_until" or "locked_at": column names
+        if after is not None:
+            key, name = query.keyset(after)
+            if isinstance(key, str):  # order by name: the key is the name
+                where.append(f"name {beyond} %s")
+                params.append(name)
+            else:
+                if not 0 <= key <= MAX_EPOCH_US:
+                    raise InvalidCursor(
+                        "the listing cursor holds no valid time; start again from the first page"
+                    )
+                term, times = self._dialect.beyond(column, beyond)
+                where.append(term)
+                params += [key] * times + [name]
+        direction = " DESC" if descending else ""
+        keys = f"name{direction}" if column == "name" else f"{column}{direction}, name{direction}"
+        sql = f"SELECT {self._sql.columns} FROM {TABLE}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return f"{sql} ORDER BY {keys} LIMIT {query.limit + 1}", params
+
+    def _filters(self, query: LockQuery) -> tuple[list[str], list[Any]]:
+        """The WHERE terms (and their parameters, in order) of ``query``'s prefix,
+        search and states."""
+        where: list[str] = []
+        params: list[Any] = []
+        if query.prefix:
+            # A range on the primary key, not LIKE: exact, and an index range scan.
+            where.append("name >= %s")
+            params.append(query.prefix)
+            end = _prefix_end(query.prefix)
+            if end is not None:
+                where.append("name < %s")
+                params.append(end)
+        if query.search:
+            folded = fold(query.search)
+            letters = "".join(sorted(set(folded) & set(string.ascii_lowercase)))
+            where.append(f"{self._dialect.fold('name', letters)} LIKE %s ESCAPE '{LIKE_ESCAPE}'")
+            params.append(_like_containing(folded))
+        states = _state_filter(query.states, self._now_sql, self._dialect)
+        if states is not None:
+            where.append(states)
+            params += self._now()
+        return where, params
+
+    def _reading(self, what: str, operation: Callable[[BaseDatabaseWrapper], T]) -> T:
+        """Run a read on the caller's connection. Reading needs no connection of its
+        own: inside the caller's transaction it sees what was committed (on MySQL, as
+        of the transaction's snapshot), which is what a listing (the admin page under
+        ATOMIC_REQUESTS) may show."""
         shared = connections[self.using]
+        inside = False
         try:
-            # Inside a transaction, a savepoint keeps a failed SELECT from poisoning it
-            # (PostgreSQL aborts the whole transaction on any error).
-            with transaction.atomic(using=self.using) if shared.in_atomic_block else nullcontext():
-                rows = self._run(shared, "list locks", select + " ORDER BY name", params, fetch=True)[1]
-        except DatabaseError as err:  # the savepoint's own statements
-            raise self._failure("list locks", err) from err
-        return [r for r in map(self._record, rows) if r.name.startswith(prefix)]
+            # Inside a transaction (atomic, or autocommit off), a savepoint keeps a
+            # failed SELECT from poisoning it (PostgreSQL aborts the whole transaction
+            # on any error).
+            inside = shared.in_atomic_block or not shared.get_autocommit()
+            with transaction.atomic(using=self.using) if inside else nullcontext():
+                return operation(shared)
+        except DatabaseError as err:  # connecting, or the savepoint's own statements
+            if not inside:  # never close a connection in the middle of the caller's transaction
+                shared.close_if_unusable_or_obsolete()
+            raise self._failure(what, err) from err
+
+    # -- retention ------------------------------------------------------------------
+
+    def purge(self, expired_for: timedelta, *, dry_run: bool = False, batch_size: int = 500) -> int:
+        """Delete the rows whose ``lock_until`` is at least ``expired_for`` in the past.
+
+        "Now" is the database's clock (the provider's clock with ``use_db_time=False``),
+        read once at the start. Rows go in batches of ``batch_size``, each its own short
+        transaction: the batch's names are selected first, then deleted only if they
+        are still expired that long (a lock taken meanwhile stays). Held locks and
+        locks in their ``lock_at_least_for`` are never deleted. In the same transaction
+        the highest fencing token deleted raises the mark in ``tslock_fence`` that a
+        newly inserted name starts above, so a purged name locked again gets a higher
+        fencing token than any it had.
+
+        Args:
+            expired_for: how long a record must have been expired (``timedelta(0)``:
+                every expired record).
+            dry_run: count what would be deleted; change nothing.
+            batch_size: rows per transaction, 1 to ``MAX_PURGE_BATCH``.
+
+        Returns:
+            How many rows were deleted (with ``dry_run``: would be).
+
+        Raises:
+            ValueError: ``expired_for`` is not a timedelta of zero or more, or
+                ``batch_size`` is out of range.
+            LockProviderError: the database failed; the batches before committed.
+        """
+        if not isinstance(expired_for, timedelta) or expired_for < timedelta(0):
+            raise ValueError(
+                "expired_for must be a timedelta of zero or more: how long a lock must have been "
+                f"expired to be deleted, e.g. timedelta(days=30); got {expired_for!r}"
+            )
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int)
+            or not 1 <= batch_size <= MAX_PURGE_BATCH
+        ):
+            raise ValueError(
+                f"batch_size must be a whole number from 1 to {MAX_PURGE_BATCH}, got {batch_size!r}"
+            )
+        what = "purge expired locks"
+        if dry_run:
+            return self._reading(what, lambda conn: self._purge_count(conn, what, expired_for))
+        return self._on_connection(what, lambda conn: self._purge_on(conn, what, expired_for, batch_size))
+
+    def _purge_cutoff(self, conn: BaseDatabaseWrapper, what: str, expired_for: timedelta) -> int | None:
+        """Epoch microseconds: rows with ``lock_until`` at or before it are purged;
+        ``None`` when nothing can be that old (before 1970)."""
+        if self.use_db_time:
+            sql = f"SELECT {self._dialect.epoch_us(self._dialect.now())}"
+            now = int(self._run(conn, what, sql, [], fetch=True)[1][0][0])
+        else:
+            now = to_epoch_us(self.clock.now())
+        cutoff = now - expired_for // _MICRO
+        return cutoff if cutoff >= 0 else None
+
+    def _purge_count(self, conn: BaseDatabaseWrapper, what: str, expired_for: timedelta) -> int:
+        cutoff = self._purge_cutoff(conn, what, expired_for)
+        if cutoff is None:
+            return 0
+        sql = f"SELECT COUNT(*) FROM {TABLE} WHERE lock_until <= {self._dialect.instant()}"
+        return int(self._run(conn, what, sql, [cutoff], fetch=True)[1][0][0])
+
+    def _purge_on(self, conn: BaseDatabaseWrapper, what: str, expired_for: timedelta, batch_size: int) -> int:
+        cutoff = self._purge_cutoff(conn, what, expired_for)
+        deleted = 0
+        while cutoff is not None:
+            names = self._purge_candidates(conn, what, cutoff, batch_size)
+            if names:
+                deleted += self._purge_batch(conn, what, names, cutoff)
+            if len(names) < batch_size:
+                # The cutoff is fixed and times only move forward, so no row can
+                # become old enough after this last, short batch.
+                break
+        return deleted
+
+    def _purge_candidates(self, conn: BaseDatabaseWrapper, what: str, cutoff: int, limit: int) -> list[str]:
+        """The names of up to ``limit`` rows expired at ``cutoff``, oldest first (an
+        index range; no lock taken)."""
+        sql = (
+            f"SELECT name FROM {TABLE} WHERE lock_until <= {self._dialect.instant()} "
+            f"ORDER BY lock_until, name LIMIT {limit}"
+        )
+        return [row[0] for row in self._run(conn, what, sql, [cutoff], fetch=True)[1]]
+
+    def _purge_batch(self, conn: BaseDatabaseWrapper, what: str, names: list[str], cutoff: int) -> int:
+        """Delete those of ``names`` still expired at ``cutoff``, in one transaction that
+        first raises the fencing mark to their highest token; returns how many."""
+        expired = f"lock_until <= {self._dialect.instant()}"
+
+        def each_part(
+            statement: Callable[[str], str], of: list[str], *, fetch: bool = False
+        ) -> tuple[int, list[Any]]:
+            """Run ``statement(placeholders)`` over ``of`` in parts: the names are
+            parameters, and SQLite before 3.32 takes at most 999 of those."""
+            count, rows = 0, list[Any]()
+            for start in range(0, len(of), _NAMES_PER_STATEMENT):
+                part = of[start : start + _NAMES_PER_STATEMENT]
+                sql = statement(", ".join(["%s"] * len(part)))
+                done = self._run(conn, what, sql, [*part, cutoff], fetch=fetch)
+                count += done[0]
+                rows.extend(done[1])
+            return count, rows
+
+        with self._transaction(conn, what):
+            # The mark's row first: while this transaction holds it, a fresh INSERT
+            # (which reads the mark with a shared lock) waits, so it cannot take a
+            # token from the mark before the rows below are gone and the mark raised.
+            # On SQLite this first write also takes the database's write lock.
+            take_mark = f"UPDATE {FENCE_TABLE} SET mark = mark WHERE id = 1"
+            if self._run(conn, what, take_mark, [])[0] != 1:
+                # Migration 0004 writes the row, but `manage.py flush` (and every
+                # transactional test) empties the table. Fresh names then start from 1,
+                # right for a lock table emptied too, and the first purge puts it back.
+                self._run(conn, what, self._dialect.insert_if_missing(FENCE_TABLE, "id, mark", "1, 0"), [])
+                self._run(conn, what, take_mark, [])
+            # Lock the rows and check the condition again: a lock taken since the names
+            # were chosen is no longer expired and stays.
+            lock = self._dialect.update_lock
+            rows = each_part(
+                lambda some: (
+                    f"SELECT name, fencing_token FROM {TABLE} WHERE name IN ({some}) AND {expired}{lock}"
+                ),
+                names,
+                fetch=True,
+            )[1]
+            if not rows:
+                return 0
+            top = max(int(row[1]) for row in rows)
+            self._run(
+                conn, what, f"UPDATE {FENCE_TABLE} SET mark = %s WHERE id = 1 AND mark < %s", [top, top]
+            )
+            doomed = [row[0] for row in rows]
+            return each_part(
+                lambda some: f"DELETE FROM {TABLE} WHERE name IN ({some}) AND {expired}", doomed
+            )[0]
+
+    @contextmanager
+    def _transaction(self, conn: BaseDatabaseWrapper, what: str) -> Iterator[None]:
+        """One transaction on ``conn``, which is in autocommit mode and outside any
+        ``atomic`` block (the caller's connection then, or one of our own)."""
+        try:
+            conn.set_autocommit(False)
+            try:
+                yield
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+        except DatabaseError as err:
+            raise self._failure(what, err) from err
+        finally:
+            try:
+                conn.set_autocommit(True)
+            except DatabaseError:
+                conn.close()  # the next use reconnects in autocommit mode

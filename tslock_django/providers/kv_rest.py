@@ -21,12 +21,17 @@ message, log line or repr, so an error report can be pasted into an issue as is.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from ..core.clock import ClockProvider
 from ..exceptions import LockProviderError
 from .http import PooledClient, error_for_status, json_body, transport_errors
 
@@ -162,16 +167,27 @@ class KVRestNamespace:
         Raises:
             LockProviderError: any other answer, including a value that is not UTF-8.
         """
+        content = self.get_bytes(key)
+        if content is None:
+            return None
+        try:
+            return content.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise LockProviderError(
+                f"read key {key!r}: the stored value is not UTF-8 text", alias=self.alias
+            ) from err
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """The value stored under ``key`` as stored, or ``None`` if it is missing.
+
+        Raises:
+            LockProviderError: any other answer.
+        """
         what = f"read key {key!r}"
         with transport_errors(self.alias, what):
             response = self._http().get(self._value_path(key))
         if response.status_code == 200:
-            try:
-                return response.content.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise LockProviderError(
-                    f"{what}: the stored value is not UTF-8 text", alias=self.alias
-                ) from err
+            return response.content
         if response.status_code == 404 and cloudflare_error(response).code == KEY_NOT_FOUND:
             return None
         raise self._error(what, response)
@@ -276,3 +292,90 @@ class KVRestNamespace:
             alias=self.alias,
             status_code=response.status_code,
         )
+
+
+#: What :meth:`ListingCache.get` returns for a key it does not hold (``None`` is a value:
+#: a key found missing).
+MISS: Any = object()
+
+
+class ListingCache:
+    """Answers of the REST API kept for a few seconds, so that repeated listings (an
+    operator reloading the admin) do not spend the API token's request budget.
+
+    Entries are keyed by what was asked (callers include the prefix and the cursor in
+    the key), live ``seconds`` on ``clock`` and are bounded by ``max_weight`` (the
+    caller weighs each answer: a list page by its keys, a value by its kilobytes): the
+    least recently used go first.
+    Thread-safe.
+
+    :meth:`clear` empties it and starts a new *generation*: an answer fetched before a
+    ``clear`` (a listing that raced a write) is not stored afterwards, so a process
+    never caches what it read before its own write.
+
+    Args:
+        clock: where time comes from (the provider's, so tests move it).
+        seconds: how long an answer is served; ``0`` stores nothing.
+        max_weight: the most keys and values held at once.
+    """
+
+    def __init__(self, clock: ClockProvider, seconds: float, max_weight: int = 10_000) -> None:
+        self.clock = clock
+        self.ttl = timedelta(seconds=seconds)
+        self.max_weight = max_weight
+        self._entries: OrderedDict[Hashable, tuple[datetime, Any, int]] = OrderedDict()
+        self._weight = 0
+        self._generation = 0
+        self._mutex = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._mutex:
+            return len(self._entries)
+
+    @property
+    def generation(self) -> int:
+        """Read before fetching; pass to :meth:`put` with the answer."""
+        with self._mutex:
+            return self._generation
+
+    def get(self, key: Hashable) -> Any:
+        """The answer stored under ``key`` if it is still fresh, else :data:`MISS`."""
+        now = self.clock.now()
+        with self._mutex:
+            entry = self._entries.get(key)
+            if entry is None:
+                return MISS
+            stored_at, value, weight = entry
+            # A clock that went back is treated as stale too: never serve longer than ttl.
+            if not stored_at <= now < stored_at + self.ttl:
+                del self._entries[key]
+                self._weight -= weight
+                return MISS
+            self._entries.move_to_end(key)
+            return value
+
+    def put(self, key: Hashable, value: Any, *, generation: int, weight: int = 1) -> None:
+        """Keep ``value`` under ``key``, unless the cache was cleared since
+        ``generation`` was read, caching is off, or it alone exceeds the bound."""
+        weight = max(1, weight)
+        if self.ttl <= timedelta(0) or weight > self.max_weight:
+            return
+        now = self.clock.now()
+        with self._mutex:
+            if generation != self._generation:
+                return
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._weight -= old[2]
+            self._entries[key] = (now, value, weight)
+            self._weight += weight
+            while self._weight > self.max_weight:
+                _, (_, _, dropped) = self._entries.popitem(last=False)
+                self._weight -= dropped
+
+    def clear(self) -> None:
+        """Forget every answer and refuse those fetched before now."""
+        with self._mutex:
+            self._entries.clear()
+            self._weight = 0
+            self._generation += 1

@@ -28,7 +28,8 @@ the same namespace as seen from another Cloudflare location, itself an
 - delayed delete visibility (``delete_delay``): a key deleted through another location is
   still returned here for that many seconds;
 - 5xx answers, timeouts (``httpx.ReadTimeout``, optionally after the write landed),
-  bodies that are not the envelope, empty list pages with a cursor.
+  bodies that are not the envelope, empty list pages with a cursor, and a broken
+  listing that keeps answering the cursor it was sent.
 
 Every request is counted per location and kind (``"GET value"``, ``"PUT value"``,
 ``"DELETE value"``, ``"GET keys"``) so tests and benchmarks can count requests per
@@ -149,6 +150,8 @@ class FakeKVLocation(httpx.BaseTransport):
         self._cache: dict[str, tuple[_Entry | None, datetime]] = {}
         self._faults: list[_Fault] = []
         self._empty_pages = 0
+        self._empty_served = 0
+        self._stuck_pages = 0
 
     def __repr__(self) -> str:
         return f"<FakeKVLocation {self.name!r} cache_ttl={self.cache_ttl} delete_delay={self.delete_delay}>"
@@ -193,6 +196,12 @@ class FakeKVLocation(httpx.BaseTransport):
         """The next ``count`` list requests return no keys but a cursor to continue
         from (Cloudflare documents that a page can be empty before the end)."""
         self._empty_pages += count
+
+    def repeat_list_cursor(self, count: int) -> None:
+        """The next ``count`` list requests return no keys and the cursor they were sent
+        (a first request gets a cursor that the following ones then repeat): a store
+        that would make a naive reader loop forever."""
+        self._stuck_pages += count
 
     def clear_cache(self) -> None:
         self._cache.clear()
@@ -362,16 +371,24 @@ class FakeKVLocation(httpx.BaseTransport):
         cursor = query.get("cursor", [""])[-1]
         after = ""
         if cursor:
+            # Cursors are "k:<last key>", with "e<n>:" before it on empty pages so that
+            # each page's cursor differs, as Cloudflare's do.
             try:
                 decoded = base64.urlsafe_b64decode(cursor.encode()).decode("utf-8")
             except (ValueError, UnicodeDecodeError):
                 decoded = ""
+            decoded = re.sub(r"^e\d+:", "", decoded)
             if not decoded.startswith("k:"):
                 return error_response(400, CODE_INVALID_REQUEST, "Invalid cursor")
             after = decoded[2:]
+        if self._stuck_pages > 0:
+            self._stuck_pages -= 1
+            again = cursor or base64.urlsafe_b64encode(b"k:").decode()
+            return httpx.Response(200, json=envelope([], result_info={"count": 0, "cursor": again}))
         if self._empty_pages > 0:
             self._empty_pages -= 1
-            again = base64.urlsafe_b64encode(f"k:{after}".encode()).decode()
+            self._empty_served += 1
+            again = base64.urlsafe_b64encode(f"e{self._empty_served}:k:{after}".encode()).decode()
             return httpx.Response(200, json=envelope([], result_info={"count": 0, "cursor": again}))
         names = sorted(
             (

@@ -67,6 +67,11 @@ and Node.js 20.3 or newer; nothing here needs a build step.
 
 Keep `migrations` in wrangler.jsonc as it is: Durable Object classes are created by
 migration tag `v1`, and renaming a class or tag later needs a new migration.
+Upgrading tslock-django: deploy this folder's Worker first, then upgrade the apps. The
+index object upgrades its table in place when it starts (no data is lost, locks stay
+held), and the new Worker still answers the listing requests of the previous release.
+An app upgraded before its Worker gets an error asking to redeploy when it lists locks;
+taking and releasing locks work either way.
 Rotating the secret: run step 1 again; clients with the old secret get HTTP 401.
 Logs: the Worker logs only failures (for example an index update that did not go
 through); watch them with `npx wrangler tail`.

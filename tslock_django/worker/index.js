@@ -9,7 +9,7 @@
 //
 // Durable Objects cannot be enumerated, so each LockObject reports every change to one
 // LockIndex object, tagged with a per-name version so that a late report never
-// overwrites a newer one. GET /v1/locks reads the index.
+// overwrites a newer one. GET /v1/locks is answered by the index's query().
 //
 // Wire protocol v1 (JSON in and out, names only ever in the JSON body or query string):
 //   GET  /v1/health                          no auth
@@ -17,8 +17,30 @@
 //   POST /v1/extend        {name, token, lock_at_most_for_ms, lock_at_least_for_ms?}
 //   POST /v1/unlock        {name, token}
 //   POST /v1/force-release {name, fencing_token?, token?}
-//   GET  /v1/locks?prefix=&cursor=&limit=
+//   GET  /v1/locks?prefix=&search=&search_skip=&states=&order=&desc=&limit=&after_key=&after_name=
 // Every route but health needs "Authorization: Bearer <TSLOCK_TOKEN>" (a wrangler secret).
+//
+// GET /v1/locks lists the current locks (the index keeps no expired ones), one page:
+//   prefix      names starting with it, exactly (default: all)
+//   search      names containing it; ASCII letters match either case, every other
+//               character (% _ \ included) only itself
+//   search_skip the number of leading code points of each name that search ignores
+//               (a client's key prefix, which its users do not see); default 0
+//   states      comma list of held (a holder has it) and at_least (released by its
+//               holder, kept for lock_at_least_for); default both. "expired" is refused
+//               with 400: ended locks leave the index.
+//   order       name | lock_until | locked_at (ties broken by name); default name
+//   desc        0 | 1: reverse the order, the name tie-breaker too; default 0
+//   limit       1..1000 records; default 1000
+//   after_key, after_name
+//               continue strictly after this position (the previous page's last
+//               record): after_name is its name, after_key its sort key, which is the
+//               name again for order=name and epoch milliseconds for the time orders.
+//               after_name "" with a time key means "after every name at that key".
+// Answer: {locks: [record without token, ...], more: bool, now_ms}. Names compare in
+// code point order (SQLite compares TEXT as UTF-8 bytes). The older form of the route,
+// ?prefix=&limit=&cursor= answering {locks, cursor}, still works for order=name, so an
+// app of the previous release keeps listing while the Worker is redeployed first.
 
 import { DurableObject } from "cloudflare:workers";
 
@@ -39,12 +61,11 @@ const encoder = new TextEncoder();
 // ---------------------------------------------------------------------------------
 // Answers and input checks
 
+const JSON_HEADERS = { "content-type": "application/json; charset=utf-8", "cache-control": "no-store" };
+
 function reply(status, body) {
   if (body.now_ms === undefined) body.now_ms = Date.now();
-  return new Response(JSON.stringify(body), {
-    status,
-    headers: { "content-type": "application/json; charset=utf-8", "cache-control": "no-store" },
-  });
+  return new Response(JSON.stringify(body), { status, headers: JSON_HEADERS });
 }
 
 class BadRequest extends Error {}
@@ -125,6 +146,137 @@ async function readJson(request) {
   return body;
 }
 
+// ---------------------------------------------------------------------------------
+// Listing queries: GET /v1/locks parameters, checked here, answered by LockIndex.query().
+
+const LISTING_PARAMETERS = [
+  "prefix", "search", "search_skip", "states", "order", "desc", "limit", "after_key", "after_name", "cursor",
+];
+const LISTING_STATES = ["held", "at_least"];
+// The column each order sorts by before the name tie-breaker (null: the name alone).
+const ORDER_COLUMNS = { name: null, lock_until: "lock_until_ms", locked_at: "locked_at_ms" };
+const TIME_KEY = /^-?[0-9]{1,16}$/;
+
+function shown(text) {
+  return JSON.stringify(text.length > 40 ? `${text.slice(0, 40)}...` : text);
+}
+
+function boundedText(params, key) {
+  const value = params.get(key) ?? "";
+  const size = encoder.encode(value).length;
+  if (size > MAX_NAME_BYTES) {
+    throw new BadRequest(`"${key}" is ${size} UTF-8 bytes; names are at most ${MAX_NAME_BYTES}, so it can match nothing`);
+  }
+  return value;
+}
+
+// The smallest string above every string that starts with `prefix`: the prefix with its
+// last code point raised by one (code points, not UTF-16 units, so an astral character
+// is one step; the surrogate block is skipped, UTF-8 cannot hold it). Trailing U+10FFFF
+// cannot be raised and are dropped first; null when nothing is left, and then every
+// name >= prefix starts with it anyway.
+function prefixUpperBound(prefix) {
+  const points = Array.from(prefix, (c) => c.codePointAt(0));
+  while (points.length && points[points.length - 1] === 0x10ffff) points.pop();
+  if (points.length === 0) return null;
+  let last = points.pop() + 1;
+  if (last >= 0xd800 && last <= 0xdfff) last = 0xe000;
+  points.push(last);
+  return String.fromCodePoint(...points);
+}
+
+// ASCII letters only, as the Python side folds (and as SQLite's lower() does).
+function foldAscii(text) {
+  return text.replace(/[A-Z]+/g, (letters) => letters.toLowerCase());
+}
+
+// The query as LockIndex.query() takes it; BadRequest says what is wrong and what is allowed.
+function parseListing(params) {
+  for (const key of new Set(params.keys())) {
+    if (!LISTING_PARAMETERS.includes(key)) {
+      throw new BadRequest(`unknown parameter ${shown(key)}; GET /v1/locks takes ${LISTING_PARAMETERS.join(", ")}`);
+    }
+    if (params.getAll(key).length > 1) throw new BadRequest(`"${key}" is given more than once`);
+  }
+  const prefix = boundedText(params, "prefix");
+  const search = boundedText(params, "search");
+  const rawSkip = params.get("search_skip") ?? "0";
+  const searchSkip = /^[0-9]{1,3}$/.test(rawSkip) ? Number(rawSkip) : NaN;
+  if (!(searchSkip <= MAX_NAME_BYTES)) {
+    throw new BadRequest(`"search_skip" is ${shown(rawSkip)}; give a whole number of code points from 0 to ${MAX_NAME_BYTES}`);
+  }
+
+  const wanted = (params.get("states") ?? LISTING_STATES.join(",")).split(",").map((s) => s.trim());
+  for (const state of wanted) {
+    if (state === "expired") {
+      throw new BadRequest('"states" cannot include expired: ended locks leave the index; choose from held, at_least');
+    }
+    if (!LISTING_STATES.includes(state)) {
+      throw new BadRequest(`"states" has ${shown(state)}; give a comma list of held, at_least`);
+    }
+  }
+
+  const order = params.get("order") ?? "name";
+  if (!Object.hasOwn(ORDER_COLUMNS, order)) {
+    throw new BadRequest(`"order" is ${shown(order)}; choose from ${Object.keys(ORDER_COLUMNS).join(", ")}`);
+  }
+  const desc = params.get("desc") ?? "0";
+  if (desc !== "0" && desc !== "1") throw new BadRequest(`"desc" is ${shown(desc)}; use 0 (ascending) or 1 (descending)`);
+
+  let limit = MAX_PAGE;
+  const rawLimit = params.get("limit");
+  if (rawLimit !== null && rawLimit !== "") {
+    limit = /^[0-9]{1,5}$/.test(rawLimit) ? Number(rawLimit) : NaN;
+    if (!(limit >= 1 && limit <= MAX_PAGE)) {
+      throw new BadRequest(`"limit" is ${shown(rawLimit)}; give a whole number from 1 to ${MAX_PAGE}`);
+    }
+  }
+
+  return {
+    prefix,
+    upper: prefix === "" ? null : prefixUpperBound(prefix),
+    search: foldAscii(search),
+    searchSkip,
+    held: wanted.includes("held"),
+    atLeast: wanted.includes("at_least"),
+    order,
+    desc: desc === "1",
+    limit,
+    after: parseAfter(params, order),
+  };
+}
+
+function parseAfter(params, order) {
+  const key = params.get("after_key");
+  const name = params.get("after_name");
+  const cursor = params.get("cursor");
+  if (cursor !== null && cursor !== "") {
+    if (key !== null || name !== null) throw new BadRequest('give either "cursor" or "after_key" and "after_name", not both');
+    if (order !== "name") throw new BadRequest('"cursor" pages by name only; for other orders use "after_key" and "after_name"');
+    let after;
+    try {
+      after = decodeCursor(cursor);
+    } catch {
+      throw new BadRequest('"cursor" is not a cursor this Worker returned');
+    }
+    return { key: after, name: after };
+  }
+  if (key === null && name === null) return null;
+  if (key === null || name === null) {
+    throw new BadRequest('"after_key" and "after_name" go together: the sort key and the name of the last record read');
+  }
+  if (encoder.encode(name).length > MAX_NAME_BYTES) throw new BadRequest(`"after_name" is longer than ${MAX_NAME_BYTES} UTF-8 bytes`);
+  if (order === "name") {
+    if (key !== name) throw new BadRequest('with order=name, "after_key" is the name: the same as "after_name"');
+    return { key: name, name };
+  }
+  const ms = TIME_KEY.test(key) ? Number(key) : NaN;
+  if (!Number.isSafeInteger(ms)) {
+    throw new BadRequest(`with order=${order}, "after_key" is epoch milliseconds (a whole number); got ${shown(key)}`);
+  }
+  return { key: ms, name };
+}
+
 async function sha256(text) {
   return new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(text)));
 }
@@ -181,11 +333,32 @@ function indexObject(env) {
   return env.LOCK_INDEX.get(env.LOCK_INDEX.idFromName(INDEX_OBJECT_NAME));
 }
 
+// An answer given without reading a small request body can make the runtime reset the
+// connection, and the client's next request on it (keep-alive) then fails as a network
+// error instead of getting its own answer; so such a body is read and dropped. Large or
+// unsized ones are left alone: a refused caller gets no more of the Worker's time.
+const DISCARDED_BODY_LIMIT = 64 * 1024;
+
+async function discardBody(request) {
+  const size = Number(request.headers.get("content-length") || 0);
+  if (size > 0 && size <= DISCARDED_BODY_LIMIT) {
+    try {
+      await request.arrayBuffer();
+    } catch {
+      // The client went away; nothing to answer.
+    }
+  }
+}
+
 async function route(request, env) {
   const url = new URL(request.url);
   const method = ROUTES[url.pathname];
-  if (method === undefined) return reply(404, { error: `no route ${url.pathname}` });
+  if (method === undefined) {
+    await discardBody(request);
+    return reply(404, { error: `no route ${url.pathname}` });
+  }
   if (request.method !== method) {
+    await discardBody(request);
     const answer = reply(405, { error: `${url.pathname} accepts ${method} only` });
     answer.headers.set("allow", method);
     return answer;
@@ -193,29 +366,15 @@ async function route(request, env) {
   if (url.pathname === "/v1/health") return reply(200, { ok: true, version: PROTOCOL_VERSION });
 
   const refused = await checkAuth(request, env);
-  if (refused) return refused;
+  if (refused) {
+    await discardBody(request);
+    return refused;
+  }
 
   if (url.pathname === "/v1/locks") {
-    const prefix = url.searchParams.get("prefix") || "";
-    const cursor = url.searchParams.get("cursor") || "";
-    const rawLimit = url.searchParams.get("limit");
-    let limit = MAX_PAGE;
-    if (rawLimit !== null && rawLimit !== "") {
-      limit = Number(rawLimit);
-      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) {
-        throw new BadRequest(`"limit" must be an integer from 1 to ${MAX_PAGE}`);
-      }
-    }
-    let after = "";
-    if (cursor) {
-      try {
-        after = decodeCursor(cursor);
-      } catch {
-        throw new BadRequest('"cursor" is not a cursor this Worker returned');
-      }
-    }
-    const page = await indexObject(env).list(prefix, after, limit);
-    return reply(200, page);
+    const query = parseListing(url.searchParams);
+    const page = await indexObject(env).query(query);
+    return listingReply(query, page);
   }
 
   const body = await readJson(request);
@@ -239,8 +398,21 @@ async function route(request, env) {
   return reply(404, { error: `no route ${url.pathname}` });
 }
 
-// Cursors are the last name of the previous page, base64url-encoded so that any name
-// (with "&", "/", "%" or any Unicode) travels safely in a query string.
+// The index hands back each record as the JSON text it stored: joined, not parsed and
+// serialised again, which is most of the work of a 1,000-record page otherwise.
+function listingReply(query, page) {
+  const parts = [`{"locks":[${page.rows.map((row) => row.record).join(",")}]`, `"more":${page.more}`];
+  if (query.order === "name") {
+    // For apps of the previous release, which page with ?cursor=.
+    const last = page.rows[page.rows.length - 1];
+    parts.push(`"cursor":${page.more && last ? JSON.stringify(encodeCursor(last.name)) : "null"}`);
+  }
+  parts.push(`"now_ms":${page.now_ms}}`);
+  return new Response(parts.join(","), { status: 200, headers: JSON_HEADERS });
+}
+
+// Cursors (the older paging form) are the last name of the previous page, base64url-encoded
+// so that any name (with "&", "/", "%" or any Unicode) travels safely in a query string.
 function encodeCursor(name) {
   let binary = "";
   for (const byte of encoder.encode(name)) binary += String.fromCharCode(byte);
@@ -444,35 +616,72 @@ export class LockObject extends DurableObject {
 }
 
 // ---------------------------------------------------------------------------------
-// LockIndex: one instance; the list of names whose lock is currently held.
+// LockIndex: one instance; the current locks, for listing.
+//
+// Shaped for sharding by a hash of the name: every lock object reports to the index that
+// owns its name through update(), and query() answers one sorted page of its own rows,
+// so a router can ask every shard the same query and merge their pages by (key, name).
+
+// What the table needs beyond the first release's shape, and how to fill it from the
+// record JSON that release stored (an index upgrades itself when it starts).
+const ADDED_COLUMNS = {
+  locked_at_ms: "coalesce(json_extract(record, '$.locked_at_ms'), 0)",
+  released: "coalesce(json_extract(record, '$.released'), 0)",
+};
 
 export class LockIndex extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    // record IS NULL marks a tombstone: the lock ended, but its version is kept for a
-    // while so that an older report arriving late is recognised and ignored.
+    ctx.storage.transactionSync(() => this.migrate());
+    this.lastPrune = 0;
+  }
+
+  // One row per name that had a lock recently. A live row holds the record as JSON plus
+  // the columns queries filter and sort on. A row whose lock ended is a tombstone
+  // (record NULL, lock_until_ms 0): its version is kept for a while so that an older
+  // report arriving late is recognised and ignored.
+  migrate() {
     this.sql.exec(`CREATE TABLE IF NOT EXISTS locks (
       name TEXT PRIMARY KEY,
       version INTEGER NOT NULL,
       lock_until_ms INTEGER NOT NULL,
       record TEXT,
-      updated_ms INTEGER NOT NULL
+      updated_ms INTEGER NOT NULL,
+      locked_at_ms INTEGER NOT NULL DEFAULT 0,
+      released INTEGER NOT NULL DEFAULT 0
     )`);
-    this.lastPrune = 0;
+    const present = new Set(this.sql.exec("PRAGMA table_info(locks)").toArray().map((c) => c.name));
+    const missing = Object.keys(ADDED_COLUMNS).filter((column) => !present.has(column));
+    if (missing.length) {
+      for (const column of missing) {
+        this.sql.exec(`ALTER TABLE locks ADD COLUMN ${column} INTEGER NOT NULL DEFAULT 0`);
+      }
+      const fill = missing.map((column) => `${column} = ${ADDED_COLUMNS[column]}`).join(", ");
+      this.sql.exec(`UPDATE locks SET ${fill} WHERE record IS NOT NULL AND json_valid(record)`);
+      // The first release left lock_until_ms in place when it pruned a row to a tombstone.
+      this.sql.exec("UPDATE locks SET lock_until_ms = 0 WHERE record IS NULL");
+    }
+    this.sql.exec("CREATE INDEX IF NOT EXISTS locks_by_lock_until ON locks (lock_until_ms, name)");
+    this.sql.exec("CREATE INDEX IF NOT EXISTS locks_by_locked_at ON locks (locked_at_ms, name)");
   }
 
+  // One statement, so the lock path pays for one write whatever the listing needs.
   async update(name, version, record) {
     const now = Date.now();
     const live = record !== null && record.lock_until_ms > now;
     this.sql.exec(
-      `INSERT INTO locks (name, version, lock_until_ms, record, updated_ms) VALUES (?, ?, ?, ?, ?)
+      `INSERT INTO locks (name, version, lock_until_ms, locked_at_ms, released, record, updated_ms)
+       VALUES (?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (name) DO UPDATE SET version = excluded.version,
-         lock_until_ms = excluded.lock_until_ms, record = excluded.record, updated_ms = excluded.updated_ms
+         lock_until_ms = excluded.lock_until_ms, locked_at_ms = excluded.locked_at_ms,
+         released = excluded.released, record = excluded.record, updated_ms = excluded.updated_ms
        WHERE excluded.version > locks.version`,
       name,
       version,
       live ? record.lock_until_ms : 0,
+      live ? record.locked_at_ms : 0,
+      live && record.released ? 1 : 0,
       live ? JSON.stringify(record) : null,
       now,
     );
@@ -480,42 +689,79 @@ export class LockIndex extends DurableObject {
     return true;
   }
 
-  // Expired rows become tombstones; old tombstones go. At most once a minute.
+  // Ended locks become tombstones; old tombstones go. At most once a minute, and both
+  // statements are ranges of the lock_until index (tombstones sit at 0).
   prune(now) {
     if (now - this.lastPrune < 60_000) return;
     this.lastPrune = now;
     this.sql.exec(
-      "UPDATE locks SET record = NULL, updated_ms = ? WHERE record IS NOT NULL AND lock_until_ms <= ?",
+      `UPDATE locks SET record = NULL, lock_until_ms = 0, locked_at_ms = 0, released = 0, updated_ms = ?
+       WHERE lock_until_ms > 0 AND lock_until_ms <= ?`,
       now,
       now,
     );
-    this.sql.exec("DELETE FROM locks WHERE record IS NULL AND updated_ms < ?", now - TOMBSTONE_KEEP_MS);
+    this.sql.exec("DELETE FROM locks WHERE lock_until_ms = 0 AND updated_ms < ?", now - TOMBSTONE_KEEP_MS);
   }
 
-  async list(prefix, after, limit) {
+  // One page of a query made by parseListing(): rows {name, key, record (JSON text)} in
+  // the query's order, at most query.limit, and whether more follow. Every condition is
+  // a range or a filter on an index walked in order: a prefix is name >= prefix AND
+  // name < upper, never an open range to the end of the table.
+  async query(query) {
     const now = Date.now();
     this.prune(now);
-    // SQLite's substr() counts code points, hence the spread (not .length) below.
-    const rows = this.sql
-      .exec(
-        `SELECT name, record FROM locks
-         WHERE name > ? AND name >= ? AND record IS NOT NULL AND lock_until_ms > ?
-           AND substr(name, 1, ?) = ?
-         ORDER BY name LIMIT ?`,
-        after,
-        prefix,
-        now,
-        [...prefix].length,
-        prefix,
-        limit + 1,
-      )
-      .toArray();
-    const page = rows.slice(0, limit);
-    const more = rows.length > limit;
+    const { sql, args } = this.statement(query, now);
+    const rows = this.sql.exec(sql, ...args).toArray();
+    const more = rows.length > query.limit;
+    return { rows: more ? rows.slice(0, query.limit) : rows, more, now_ms: now };
+  }
+
+  // The SELECT of query() at `now`: {sql, args}.
+  statement(query, now) {
+    // Rows past lock_until_ms are expired or tombstones (0): never listed.
+    const where = ["lock_until_ms > ?", "record IS NOT NULL"];
+    const args = [now];
+    if (query.held !== query.atLeast) {
+      where.push("released = ?");
+      args.push(query.atLeast ? 1 : 0);
+    }
+    if (query.prefix !== "") {
+      where.push("name >= ?");
+      args.push(query.prefix);
+      if (query.upper !== null) {
+        where.push("name < ?");
+        args.push(query.upper);
+      }
+    }
+    if (query.search !== "") {
+      // instr() takes the text literally (no LIKE metacharacters); lower() folds ASCII
+      // only; substr() counts code points, as search_skip does.
+      where.push("instr(lower(substr(name, ?)), ?) > 0");
+      args.push(query.searchSkip + 1, query.search);
+    }
+    const column = ORDER_COLUMNS[query.order];
+    const direction = query.desc ? "DESC" : "ASC";
+    const beyond = query.desc ? "<" : ">";
+    if (query.after !== null) {
+      if (column === null) {
+        where.push(`name ${beyond} ?`);
+        args.push(query.after.name);
+      } else {
+        where.push(`(${column}, name) ${beyond} (?, ?)`);
+        args.push(query.after.key, query.after.name);
+      }
+    }
+    const sortKey = column ?? "name";
+    // A time order walks its own index from where the page starts, filtering names on
+    // the way (the index holds them); left alone, SQLite prefers the name range of a
+    // prefix and sorts all of it, which is every row for a client with a key prefix
+    // (measured on 50,000 rows: 31 ms a page that way, 0.15 ms this way).
+    const source = column === null ? "" : `INDEXED BY locks_by_${query.order}`;
+    const orderBy = column === null ? `name ${direction}` : `${column} ${direction}, name ${direction}`;
     return {
-      locks: page.map((row) => JSON.parse(row.record)),
-      cursor: more ? encodeCursor(page[page.length - 1].name) : null,
-      now_ms: now,
+      sql: `SELECT name, ${sortKey} AS key, record FROM locks ${source} WHERE ${where.join(" AND ")}
+            ORDER BY ${orderBy} LIMIT ?`,
+      args: [...args, query.limit + 1],
     };
   }
 }

@@ -81,6 +81,8 @@ const mf = new Miniflare({
   // Module names are paths from the script's folder; without this they are relative to
   // the working directory, and workerd refuses a "../" name when started from elsewhere.
   modulesRoot: dirname(script),
+  // As wrangler does: every .js module of the Worker is an ES module.
+  modulesRules: [{ type: "ESModule", include: ["**/*.js"] }],
   compatibilityDate: COMPATIBILITY_DATE,
   // Without this Miniflare fetches request.cf data from Cloudflare at start-up.
   cf: false,

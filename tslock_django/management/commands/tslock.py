@@ -1,30 +1,39 @@
 """``manage.py tslock``: look at and repair locks from a shell, thin over the library.
 
 Subcommands:
-    ``list [--provider A] [--prefix P] [--json]``: every record of every configured
-        provider (or one); JSON for scripts, never with tokens.
+    ``list [--provider A] [--prefix P] [--all | --state S] [--limit N] [--json]``: the
+        current locks of every configured provider (or one), read and printed one page
+        at a time, so memory stays flat whatever the stores hold; JSON for scripts,
+        never with tokens.
     ``release NAME --provider A [--fencing-token N | --token T] [--yes]``: force-release a
         lock, conditional on the holding when a condition is given; an unconditional
         release asks first (or needs ``--yes``).
-    ``check``: one harmless listing per provider; exit status 1 if any fails.
+    ``check``: one harmless query per provider; exit status 1 if any fails.
+    ``purge --expired-for 30d [--provider A] [--dry-run] [--batch-size N]``: delete the
+        records that expired longer ago than that (stores that forget expired records
+        by themselves say so).
     ``worker --output DIR [--overwrite]``: write the companion Cloudflare Worker bundle.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from collections.abc import Sequence
-from datetime import datetime
+import unicodedata
+from collections.abc import Iterator
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from ...conf import providers
+from ...core.durations import GRAMMAR_HINT, parse_duration
 from ...core.provider import LockProvider
+from ...core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
 from ...core.records import LockRecord
-from ...exceptions import InvalidLockProvider, LockProviderError
+from ...exceptions import InvalidCursor, InvalidLockProvider, LockProviderError, UnsupportedQuery
 
 #: The prefix ``check`` lists with: any store can answer it, and it matches no real lock
 #: in practice, so the check stays one cheap request.
@@ -35,6 +44,84 @@ STATE_LABELS = {
     "held_for_at_least": "held for at-least",
     "expired": "expired",
 }
+
+#: ``--state`` value -> the query states.
+STATE_CHOICES: dict[str, frozenset[str]] = {
+    "current": CURRENT_STATES,
+    "held": frozenset({"held"}),
+    "at_least": frozenset({"at_least"}),
+    "expired": frozenset({"expired"}),
+    "all": ALL_STATES,
+}
+
+#: Records asked for per request while listing.
+PAGE_SIZE = 500
+
+HEADER = [
+    "PROVIDER",
+    "NAME",
+    "STATE",
+    "HELD BY",
+    "LOCKED AT",
+    "LOCK UNTIL",
+    "REMAINING",
+    "FENCING",
+    "FINGERPRINT",
+]
+
+# Characters that would act on a terminal instead of being shown (ESC, BEL, CR, LF,
+# ...), or change how the rest of the line is read (bidi overrides, line separators).
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def printable(text: str) -> str:
+    """``text`` with control and formatting characters written as escapes (``\\x1b``,
+    ``\\u202e``) and backslashes doubled, so what a store holds cannot move the cursor,
+    forge a row or hide itself, and the escape is never ambiguous."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    out = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif unicodedata.category(char) in _UNSAFE_CATEGORIES:
+            code = ord(char)
+            out.append(
+                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+            )
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
+
+
+#: The largest --batch-size: one purge transaction must stay short.
+MAX_BATCH = 10_000
+
+
+def _batch_size(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_BATCH:,} (one short transaction), got {text!r}"
+        )
+    return value
+
+
+def _age(text: str) -> timedelta:
+    try:
+        return parse_duration(text, field="--expired-for")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _state(record: LockRecord, now: datetime) -> str:
@@ -48,9 +135,9 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if isinstance(value, datetime) else None
 
 
-def _local(value: Any) -> str:
+def _local(value: Any, zone: tzinfo) -> str:
     if isinstance(value, datetime) and timezone.is_aware(value):
-        return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+        return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
     return "-"
 
 
@@ -61,17 +148,31 @@ class Command(BaseCommand):
     stealth_options = ("stdin",)
 
     def add_arguments(self, parser: CommandParser) -> None:
-        sub = parser.add_subparsers(dest="subcommand", metavar="{list,release,check,worker}", required=True)
+        sub = parser.add_subparsers(
+            dest="subcommand", metavar="{list,release,check,purge,worker}", required=True
+        )
         # CommandParser.add_subparsers passes called_from_command_line on, so a usage error
         # in a subcommand is a CommandError under call_command and a usage line in a shell.
-        listing = sub.add_parser("list", help="Show the records of every provider.")
+        listing = sub.add_parser("list", help="Show the current locks of every provider, page by page.")
         listing.add_argument("--provider", help="Only this provider alias.")
         listing.add_argument("--prefix", default="", help="Only names starting with this.")
+        which = listing.add_mutually_exclusive_group()
+        which.add_argument(
+            "--all", dest="all_states", action="store_true", help="Expired locks too (same as --state all)."
+        )
+        which.add_argument(
+            "--state",
+            choices=list(STATE_CHOICES),
+            default="current",
+            help="Which locks: current (held or in their at-least time, the default), held, at_least, "
+            "expired or all.",
+        )
+        listing.add_argument("--limit", type=_positive, help="Print at most this many locks in all.")
         listing.add_argument(
             "--json",
             dest="as_json",
             action="store_true",
-            help="Print JSON (no tokens) for scripts.",
+            help="Print one JSON array (no tokens) for scripts.",
         )
 
         release = sub.add_parser("release", help="Force-release a lock.")
@@ -96,6 +197,25 @@ class Command(BaseCommand):
         sub.add_parser(
             "check",
             help="List each provider once; exit status 1 if any fails.",
+        )
+
+        purge = sub.add_parser("purge", help="Delete records that expired long ago.")
+        purge.add_argument(
+            "--expired-for",
+            required=True,
+            type=_age,
+            metavar="DURATION",
+            help=f"Delete records expired for longer than this ({GRAMMAR_HINT}); e.g. 30d.",
+        )
+        purge.add_argument("--provider", help="Only this provider alias.")
+        purge.add_argument(
+            "--dry-run", action="store_true", help="Count what would be deleted; change nothing."
+        )
+        purge.add_argument(
+            "--batch-size",
+            type=_batch_size,
+            default=500,
+            help=f"Records deleted per transaction or request, 1 to {MAX_BATCH:,} (default 500).",
         )
 
         worker = sub.add_parser(
@@ -135,89 +255,61 @@ class Command(BaseCommand):
 
     # -- list ---------------------------------------------------------------------------
 
-    def handle_list(self, *, provider: str | None, prefix: str, as_json: bool, **_: Any) -> None:
-        now = timezone.now()
-        rows: list[dict[str, Any]] = []
+    def handle_list(
+        self,
+        *,
+        provider: str | None,
+        prefix: str,
+        all_states: bool,
+        state: str,
+        limit: int | None,
+        as_json: bool,
+        **_: Any,
+    ) -> None:
+        states = STATE_CHOICES["all" if all_states else state]
+        printer = _JsonPrinter(self) if as_json else _TablePrinter(self)
         failures = 0
+        left = limit
         for alias in self._aliases(provider):
+            if left == 0:
+                break
             try:
-                store = providers[alias]
-                records = store.list_locks(prefix)
-                guarantee = store.guarantee
-            except (InvalidLockProvider, LockProviderError) as err:
+                for guarantee, record, now in self._records(alias, prefix, states, left):
+                    printer.row(_row(alias, guarantee, record, now))
+                    if left is not None:
+                        left -= 1
+            except (InvalidLockProvider, LockProviderError, UnsupportedQuery, InvalidCursor) as err:
                 failures += 1
                 self.stderr.write(f"{alias}: {err}")
-                continue
-            for record in records:
-                remaining = (
-                    (record.lock_until - now).total_seconds()
-                    if isinstance(record.lock_until, datetime) and timezone.is_aware(record.lock_until)
-                    else None
-                )
-                rows.append(
-                    {
-                        "provider": alias,
-                        "guarantee": guarantee,
-                        "name": record.name,
-                        "state": _state(record, now),
-                        "locked_by": record.locked_by,
-                        "locked_at": _iso(record.locked_at),
-                        "lock_until": _iso(record.lock_until),
-                        "remaining_seconds": remaining,
-                        "fencing_token": record.fencing_token,
-                        "token_fingerprint": record.token_fingerprint or None,
-                        "released": record.released,
-                        "_record": record,
-                    }
-                )
-        if as_json:
-            self._print_json(rows)
-        else:
-            self._print_table(rows)
+            except Exception as err:  # noqa: BLE001  (report every provider, then fail)
+                failures += 1
+                self.stderr.write(f"{alias}: could not be listed: unexpected {type(err).__name__}")
+        printer.close()
         if failures:
             raise CommandError(f"{failures} provider(s) could not be listed", returncode=1)
 
-    def _print_json(self, rows: Sequence[dict[str, Any]]) -> None:
-        public = [{k: v for k, v in row.items() if not k.startswith("_")} for row in rows]
-        self.stdout.write(json.dumps(public, indent=2, ensure_ascii=False))
-
-    def _print_table(self, rows: Sequence[dict[str, Any]]) -> None:
-        if not rows:
-            self.stdout.write("No locks.")
-            return
-        header = [
-            "PROVIDER",
-            "NAME",
-            "STATE",
-            "HELD BY",
-            "LOCKED AT",
-            "LOCK UNTIL",
-            "REMAINING",
-            "FENCING",
-            "FINGERPRINT",
-        ]
-        table = [header]
-        for row in rows:
-            record: LockRecord = row["_record"]
-            guarantee = " (advisory)" if row["guarantee"] == "advisory" else ""
-            remaining = row["remaining_seconds"]
-            table.append(
-                [
-                    f"{row['provider']}{guarantee}",
-                    row["name"],
-                    STATE_LABELS.get(row["state"], row["state"]),
-                    str(row["locked_by"]),
-                    _local(record.locked_at),
-                    _local(record.lock_until),
-                    "-" if remaining is None else (f"{int(remaining)}s" if remaining > 0 else "overdue"),
-                    "-" if row["fencing_token"] is None else str(row["fencing_token"]),
-                    row["token_fingerprint"] or "-",
-                ]
-            )
-        widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-        for i, line in enumerate(table):
-            text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-            self.stdout.write(self.style.MIGRATE_HEADING(text) if i == 0 else text)
+    def _records(
+        self, alias: str, prefix: str, states: frozenset[str], limit: int | None
+    ) -> Iterator[tuple[str, LockRecord, datetime]]:
+        """The records of one provider, by name, one page in memory at a time, each
+        with the moment its page was read (what "remaining" is counted from)."""
+        store = providers[alias]
+        guarantee = str(store.guarantee)
+        size = min(PAGE_SIZE, MAX_LIMIT) if limit is None else min(PAGE_SIZE, limit, MAX_LIMIT)
+        count = 0
+        said: tuple[str, ...] = ()
+        for page in store.pages(LockQuery(prefix=prefix, states=states, limit=size)):
+            now = timezone.now()
+            # What a store could not do is said when it changes, not on every page.
+            for note in page.notes:
+                if note not in said:
+                    self.stderr.write(f"{alias}: {note}")
+            said = page.notes
+            for record in page.records:
+                yield guarantee, record, now
+                count += 1
+                if limit is not None and count >= limit:
+                    return
 
     # -- release ------------------------------------------------------------------------
 
@@ -279,7 +371,7 @@ class Command(BaseCommand):
         for alias in aliases:
             try:
                 store = providers[alias]
-                store.list_locks(CHECK_PREFIX)
+                store.query(LockQuery(prefix=CHECK_PREFIX, limit=1))
             except Exception as err:  # noqa: BLE001  (report every provider, then fail)
                 failed.append(alias)
                 reason = (
@@ -295,6 +387,53 @@ class Command(BaseCommand):
                 f"{len(failed)} of {len(aliases)} lock provider(s) failed: {', '.join(failed)}",
                 returncode=1,
             )
+
+    # -- purge --------------------------------------------------------------------------
+
+    def handle_purge(
+        self,
+        *,
+        expired_for: timedelta,
+        provider: str | None,
+        dry_run: bool,
+        batch_size: int,
+        **_: Any,
+    ) -> None:
+        given = self._given_duration(expired_for)
+        failures = 0
+        for alias in self._aliases(provider):
+            try:
+                store = providers[alias]
+                if store.self_cleaning:
+                    self.stdout.write(f"{alias}: nothing to purge: {store.self_cleaning}")
+                    continue
+                count = store.purge(expired_for, dry_run=dry_run, batch_size=batch_size)
+            except NotImplementedError as err:
+                self.stdout.write(f"{alias}: nothing to purge: {err}")
+                continue
+            except ValueError as err:  # an option this store does not accept
+                failures += 1
+                self.stderr.write(f"{alias}: purge refused: {err}")
+                continue
+            except (InvalidLockProvider, LockProviderError) as err:
+                failures += 1
+                self.stderr.write(f"{alias}: purge failed: {err}")
+                continue
+            records = f"{count} record{'' if count == 1 else 's'}"
+            if dry_run:
+                self.stdout.write(f"{alias}: would delete {records} expired for more than {given} (dry run)")
+            else:
+                self.stdout.write(f"{alias}: deleted {records} expired for more than {given}")
+        if failures:
+            raise CommandError(f"{failures} provider(s) could not be purged", returncode=1)
+
+    @staticmethod
+    def _given_duration(duration: timedelta) -> str:
+        seconds = int(duration.total_seconds())
+        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+            if seconds and seconds % size == 0:
+                return f"{seconds // size}{unit}"
+        return f"{duration.total_seconds():g}s"
 
     # -- worker -------------------------------------------------------------------------
 
@@ -314,3 +453,103 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"Wrote the Worker bundle to {output}"))
         for path in written:
             self.stdout.write(f"  {path}")
+
+
+# -- list output ---------------------------------------------------------------------------
+
+
+def _row(alias: str, guarantee: str, record: LockRecord, now: datetime) -> dict[str, Any]:
+    remaining = (
+        (record.lock_until - now).total_seconds()
+        if isinstance(record.lock_until, datetime) and timezone.is_aware(record.lock_until)
+        else None
+    )
+    return {
+        "provider": alias,
+        "guarantee": guarantee,
+        "name": record.name,
+        "state": _state(record, now),
+        "locked_by": record.locked_by,
+        "locked_at": _iso(record.locked_at),
+        "lock_until": _iso(record.lock_until),
+        "remaining_seconds": remaining,
+        "fencing_token": record.fencing_token,
+        "token_fingerprint": record.token_fingerprint or None,
+        "released": record.released,
+        "_record": record,
+    }
+
+
+class _JsonPrinter:
+    """One JSON array written a row at a time: valid JSON whatever the row count, and
+    never more than one row in memory."""
+
+    def __init__(self, command: BaseCommand) -> None:
+        self.out = command.stdout
+        self.count = 0
+
+    def row(self, row: dict[str, Any]) -> None:
+        public = {k: v for k, v in row.items() if not k.startswith("_")}
+        self.out.write(
+            ("[\n  " if self.count == 0 else ",\n  ") + json.dumps(public, ensure_ascii=False), ending=""
+        )
+        self.count += 1
+
+    def close(self) -> None:
+        self.out.write("[]" if self.count == 0 else "\n]")
+
+
+class _TablePrinter:
+    """Rows as aligned columns, printed as they come. Column widths only grow (from the
+    header's), so the rows printed so far stay aligned with the header without keeping
+    them; a wider value later widens its column from there on."""
+
+    def __init__(self, command: BaseCommand) -> None:
+        self.command = command
+        self.widths = [len(title) for title in HEADER]
+        # Looked up once: Django's per-call lookup was most of the time of a long listing.
+        self.zone = timezone.get_current_timezone()
+        self.count = 0
+        self.pending: list[list[str]] = []
+
+    def row(self, row: dict[str, Any]) -> None:
+        record: LockRecord = row["_record"]
+        guarantee = " (advisory)" if row["guarantee"] == "advisory" else ""
+        remaining = row["remaining_seconds"]
+        cells = [
+            f"{row['provider']}{guarantee}",
+            printable(str(row["name"])),
+            STATE_LABELS.get(row["state"], row["state"]),
+            printable(str(row["locked_by"])),
+            _local(record.locked_at, self.zone),
+            _local(record.lock_until, self.zone),
+            "-" if remaining is None else (f"{int(remaining)}s" if remaining > 0 else "overdue"),
+            "-" if row["fencing_token"] is None else str(row["fencing_token"]),
+            printable(str(row["token_fingerprint"] or "-")),
+        ]
+        # Lines are written in batches of a page, aligned within the batch.
+        self.pending.append(cells)
+        if len(self.pending) >= PAGE_SIZE:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        widths = self.widths
+        for cells in self.pending:
+            widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
+        self.widths = widths
+        if self.count == 0:
+            self.command.stdout.write(self.command.style.MIGRATE_HEADING(self._line(HEADER)))
+        # One write per batch: a write per line was a good part of a long listing's time.
+        self.command.stdout.write("\n".join(self._line(cells) for cells in self.pending))
+        self.count += len(self.pending)
+        self.pending = []
+
+    def _line(self, cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)).rstrip()
+
+    def close(self) -> None:
+        self.flush()
+        if self.count == 0:
+            self.command.stdout.write("No locks.")

@@ -1,0 +1,162 @@
+"""What the Locks page shows for one record, and the selection a release acts on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from ..core.records import LockRecord
+
+#: The states a row can be in; "unknown" is a record whose times cannot be read.
+STATES: dict[str, str] = {
+    "held": "held",
+    "held_for_at_least": "held for at-least",
+    "expired": "expired",
+    "unknown": "unknown",
+}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One lock picked for release, and the holding it must still be in.
+
+    ``condition`` is ``"fencing"`` (``value`` is the fencing token, an int) or
+    ``"fingerprint"`` (``value`` is the token fingerprint, a str, for stores without a
+    fencing token: the store re-reads the holding and compares fingerprints itself).
+    """
+
+    alias: str
+    name: str
+    condition: str
+    value: int | str
+
+    def encode(self) -> str:
+        return json.dumps([self.alias, self.name, self.condition, self.value], ensure_ascii=False)
+
+    @classmethod
+    def decode(cls, raw: str) -> Selection:
+        """Parse a checkbox value; ``ValueError`` for anything this page did not write."""
+        try:
+            alias, name, condition, value = json.loads(raw)
+        except (TypeError, ValueError) as err:
+            raise ValueError("not a lock selection") from err
+        valid = (
+            isinstance(alias, str)
+            and isinstance(name, str)
+            and name
+            and (
+                (condition == "fencing" and isinstance(value, int) and not isinstance(value, bool))
+                or (condition == "fingerprint" and isinstance(value, str) and value)
+            )
+        )
+        if not valid:
+            raise ValueError("not a lock selection")
+        return cls(alias, name, condition, value)
+
+    @property
+    def object_id(self) -> str:
+        """The LogEntry object id: ``alias:name``."""
+        return f"{self.alias}:{self.name}"
+
+    def describe_condition(self) -> str:
+        if self.condition == "fencing":
+            return f"fencing token {self.value}"
+        return f"token fingerprint {self.value}"
+
+
+@dataclass(frozen=True)
+class LockRow:
+    """A record as the page shows it, with everything computed against one ``now``."""
+
+    alias: str
+    guarantee: str
+    record: LockRecord
+    state: str
+    locked_at: datetime | None  # aware; None when unreadable
+    lock_until: datetime | None
+    remaining: timedelta | None
+    progress: int | None  # percent of [locked_at, lock_until] elapsed, 0..100
+    overdue: bool
+    selection: Selection | None  # None: nothing to release conditionally on
+
+    @property
+    def locked_at_local(self) -> datetime | None:
+        return timezone.localtime(self.locked_at) if self.locked_at else None
+
+    @property
+    def lock_until_local(self) -> datetime | None:
+        return timezone.localtime(self.lock_until) if self.lock_until else None
+
+    @property
+    def state_label(self) -> str:
+        return STATES[self.state]
+
+    @property
+    def remaining_label(self) -> str:
+        return format_remaining(self.remaining)
+
+    @property
+    def advisory(self) -> bool:
+        return self.guarantee == "advisory"
+
+    @property
+    def selection_value(self) -> str:
+        return self.selection.encode() if self.selection else ""
+
+
+def _aware(value: Any) -> datetime | None:
+    if isinstance(value, datetime) and timezone.is_aware(value):
+        return value
+    return None
+
+
+def make_row(alias: str, guarantee: str, record: LockRecord, now: datetime) -> LockRow:
+    """Compute what the page shows for one record."""
+    locked_at, lock_until = _aware(record.locked_at), _aware(record.lock_until)
+    if locked_at is None or lock_until is None:
+        # A store that answered a record without readable times: show it, but claim nothing.
+        return LockRow(alias, guarantee, record, "unknown", None, None, None, None, False, None)
+    state = record.state(now)
+    remaining = lock_until - now
+    span = (lock_until - locked_at).total_seconds()
+    elapsed = (now - locked_at).total_seconds()
+    progress = int(max(0.0, min(1.0, elapsed / span)) * 100) if span > 0 else 100
+    selection: Selection | None = None
+    fencing = record.fencing_token
+    if isinstance(fencing, int) and not isinstance(fencing, bool):
+        selection = Selection(alias, record.name, "fencing", fencing)
+    elif record.token_fingerprint:
+        selection = Selection(alias, record.name, "fingerprint", record.token_fingerprint)
+    return LockRow(
+        alias=alias,
+        guarantee=guarantee,
+        record=record,
+        state=state,
+        locked_at=locked_at,
+        lock_until=lock_until,
+        remaining=remaining,
+        progress=progress,
+        overdue=now >= lock_until,
+        selection=selection,
+    )
+
+
+def format_remaining(remaining: timedelta | None) -> str:
+    """``"4m 12s"``, ``"overdue 3s"`` or ``"-"``: two units are enough to read a deadline."""
+    if remaining is None:
+        return "-"
+    seconds = int(remaining.total_seconds())
+    prefix = "" if seconds > 0 else "overdue "
+    seconds = abs(seconds)
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+        if len(parts) == 2:
+            break
+    return prefix + " ".join(parts)

@@ -23,6 +23,7 @@ run failed.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -272,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         help="Only the newest Django on the newest Python found, Django-facing tests only (CI).",
     )
     parser.add_argument("--full", action="store_true", help="With --newest: the whole suite.")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="Runs at a time (each test run has databases of its own)."
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     data = project()
@@ -287,12 +291,19 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print(f"matrix: skipped: none of Python {', '.join(args.python)} was found to run the suite on")
         return 0
-    for run in runs:
-        if run.django:
-            execute(run, requirements, pytest_args)
-    report = table(runs)
-    print(report)
-    (OUT / "results.md").write_text(report + "\n" + "".join(f"\n{note}" for note in notes) + "\n")
+
+    def record() -> str:
+        # Written after every run, so a long matrix shows its progress (and survives a stop).
+        report = table(runs)
+        (OUT / "results.md").write_text(report + "\n" + "".join(f"\n{note}" for note in notes) + "\n")
+        return report
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        pending = [pool.submit(execute, run, requirements, pytest_args) for run in runs if run.django]
+        for done in concurrent.futures.as_completed(pending):
+            done.result()
+            record()
+    print(record())
     return 1 if any(r.django and r.result != "passed" for r in runs) else 0
 
 

@@ -167,7 +167,10 @@ def insert(connection: Any, rows: list[tuple[Any, ...]]) -> None:
         rows = [
             (n, u.replace(tzinfo=None), a.replace(tzinfo=None), by, tok, f) for n, u, a, by, tok, f in rows
         ]
-    with connection.cursor() as cursor:
+    from django.db import transaction
+
+    # One transaction per batch: in autocommit SQLite would sync the file for every row.
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         cursor.executemany(
             "INSERT INTO tslock_lock (name, lock_until, locked_at, locked_by, token, fencing_token) "
             "VALUES (%s, %s, %s, %s, %s, %s)",

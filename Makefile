@@ -7,11 +7,12 @@ PY     := $(VENV)/bin/python
 WORKER := tslock_django/worker
 STAMP  := $(VENV)/.installed-stamp
 # What ruff reads: the Python sources (not the Markdown, whose examples are excerpts).
-PY_SOURCES := $(wildcard tslock_django tests testproject bench manage.py)
+PY_SOURCES := $(wildcard tslock_django tests testproject bench tools manage.py)
 
-.PHONY: demo test lint typecheck unit venv npm browser bench clean
+.PHONY: demo test lint typecheck unit venv npm browser bench clean matrix matrix-newest check-install
 
 $(STAMP): pyproject.toml
+	@echo "make: installing tslock-django and its test tools into $(VENV) (about a minute, first run only)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
 	# The bench group too: make test runs the benchmarks' quick smoke run.
@@ -22,6 +23,7 @@ venv: $(STAMP)
 
 # The Workers runtime (Miniflare + workerd) for the Durable Object Worker's tests.
 $(WORKER)/node_modules/.package-lock.json: $(WORKER)/package-lock.json
+	@echo "make: installing the Workers runtime into $(WORKER)/node_modules (npm ci, about 165 MB)"
 	npm ci --prefix $(WORKER) --no-audit --no-fund --loglevel=error
 
 npm: $(WORKER)/node_modules/.package-lock.json
@@ -44,7 +46,23 @@ unit: venv npm browser
 	$(PY) manage.py makemigrations --check --dry-run --settings=tests.settings
 	$(VENV)/bin/pytest --cov --cov-report=term $(PYTEST_ARGS)
 
-test: lint typecheck unit
+# The newest Django on the newest Python found (3.10-3.13), in var/matrix: CI's guard
+# against the version that will break first; it says so and passes when none is found.
+matrix-newest: venv
+	$(PY) -m tools.matrix --newest
+
+test: lint typecheck unit matrix-newest
+
+# The whole matrix (Python 3.10-3.13 x Django 4.2-6.1, plus the oldest dependencies allowed);
+# the table goes to var/matrix/results.md. MATRIX_ARGS narrows it, e.g.
+# MATRIX_ARGS="--python 3.13 --django 6.1 --no-floor".
+matrix: venv
+	$(PY) -m tools.matrix $(MATRIX_ARGS)
+
+# The built wheel installed into a fresh `django-admin startproject` (not part of `make test`:
+# it downloads build tools and the runtime into a temporary folder; about 30 s).
+check-install: venv
+	$(PY) -m tools.check_install
 
 demo: venv
 	PROVIDER=$(PROVIDER) $(PY) testproject/run_demo.py

@@ -16,10 +16,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
+# `python testproject/run_demo.py` puts testproject/ first on sys.path; the LocalWorker
+# imported below must come from this checkout, as the manage.py runs do.
+sys.path.insert(0, str(ROOT))
 
 
 def manage(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*MANAGE, *args], env=env, cwd=ROOT, text=True, capture_output=True, check=check)
+
+
+def step(text: str) -> None:
+    """One progress line, shown at once (the steps below take seconds each)."""
+    print(f"demo: {text}", flush=True)
 
 
 def show(label: str, result: subprocess.CompletedProcess[str]) -> None:
@@ -30,6 +38,7 @@ def show(label: str, result: subprocess.CompletedProcess[str]) -> None:
 
 
 def overlapping_runs(env: dict[str, str]) -> None:
+    step("two overlapping runs of `manage.py demo_report` (about 5 s)")
     first = subprocess.Popen(
         # --lock-wait: a demo run a few seconds earlier may still hold the lock for its
         # lock_at_least_for (10 s); wait that out instead of skipping.
@@ -59,6 +68,10 @@ def main() -> None:
         if os.environ.get("PROVIDER", "") == "edge":
             from tslock_django.testing.worker_runtime import LocalWorker
 
+            step(
+                "starting the Durable Object Worker on the local Workers runtime (the first run "
+                "installs the runtime: about 165 MB, once per user)"
+            )
             token = secrets.token_urlsafe(24)
             worker = stack.enter_context(LocalWorker(token=token, persist_dir=ROOT / "var" / "worker-state"))
             host = worker.url.split("://", 1)[1].rstrip("/")
@@ -66,19 +79,17 @@ def main() -> None:
             print(f"provider: the Durable Object Worker on the local Workers runtime at {worker.url}")
         else:
             print("provider: the Django database (SQLite file var/demo.sqlite3)")
+        step("creating the demo database (manage.py migrate)")
         manage("migrate", "--verbosity", "0", env=env)
         overlapping_runs(env)
         print("--- the lock records now (python manage.py tslock list)")
         listing = manage("tslock", "list", env=env, check=False)
         print(listing.stdout.rstrip() or listing.stderr.rstrip())
+    step("creating the demo superuser")
     password = secrets.token_urlsafe(12)
     manage("shell", "-c", _SUPERUSER.format(password=password), env=env)
     if os.environ.get("PROVIDER", "") == "edge":
-        print(
-            "    (the local Worker stopped with the demo; `runserver` below shows the database "
-            "provider. For the Worker's locks, start `node tslock_django/worker/serve.mjs "
-            "--persist var/worker-state` and set TSLOCK_EDGE_URL=cloudflare-do+http://TOKEN@HOST/)"
-        )
+        print(EDGE_HINT)
     print(
         "--- the admin's Locks page\n"
         f"    start the server:  {VENV_PY} manage.py runserver\n"
@@ -88,6 +99,16 @@ def main() -> None:
 
 
 VENV_PY = ".venv/bin/python"
+# Every line runs as written in one shell from the project folder: the Worker and the
+# client read the same secret from TSLOCK_TOKEN, which is never printed.
+EDGE_HINT = f"""\
+--- the local Worker stopped with the demo; its state is kept in var/worker-state.
+    To look at it (the admin below shows the database provider unless TSLOCK_EDGE_URL is set),
+    start it again in the background with a secret of your own, and point the `edge` provider at it:
+      export TSLOCK_TOKEN="$({VENV_PY} -c 'import secrets; print(secrets.token_urlsafe(24))')"
+      node tslock_django/worker/serve.mjs --persist var/worker-state --port 8787 &
+      export TSLOCK_EDGE_URL="cloudflare-do+http://$TSLOCK_TOKEN@127.0.0.1:8787/"
+      {VENV_PY} manage.py tslock list --provider edge"""
 _SUPERUSER = """
 from django.contrib.auth import get_user_model
 User = get_user_model()

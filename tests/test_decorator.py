@@ -172,7 +172,8 @@ def test_real_processes_exit_statuses(tmp_path: Path) -> None:
     assert "ran:" not in out
 
     migrate = start_manage(tmp_path / "jobs.sqlite3", "migrate", "--verbosity", "0")
-    assert migrate.wait(timeout=120) == 0
+    migrate.communicate(timeout=120)  # (reads and closes its pipes)
+    assert migrate.returncode == 0
     first = start_manage(tmp_path / "jobs.sqlite3", "demo_report", "--seconds", "3")
     assert first.stdout is not None and first.stdout.readline().startswith("ran:")
     second = start_manage(tmp_path / "jobs.sqlite3", "demo_report", "--seconds", "0")

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike, parse_duration
 from .core.executor import give_back, take
+from .core.times import format_time
 from .exceptions import InvalidLockProvider, LockHeld, LockProviderError
 
 C = TypeVar("C", bound=type[BaseCommand])
@@ -95,7 +96,7 @@ def locked_command(
             try:
                 held, acquired = take(providers.get(alias), config, keep_alive=keep_alive, wait=wait)
             except LockHeld as refused:
-                line = f"{refused}; {command_name} did not run"
+                line = f"{_held(refused)}; {command_name} did not run"
                 if on_locked == "fail":
                     raise CommandError(line, returncode=EXIT_LOCKED) from None
                 self.stderr.write(f"skipped: {line}")
@@ -135,6 +136,15 @@ def locked_command(
         return cls
 
     return decorate
+
+
+def _held(refused: LockHeld) -> str:
+    """Who holds the lock and until when, the time per the one rule (core/times.py)."""
+    holder = refused.holder
+    if holder is None:
+        return str(refused)
+    who = holder.locked_by or "an unnamed holder"
+    return f"lock {refused.name!r} is held by {who} until {format_time(holder.lock_until)}"
 
 
 def _lock_name(spec: NameSpec, command_name: str, options: Mapping[str, Any]) -> str:

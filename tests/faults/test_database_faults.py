@@ -129,25 +129,26 @@ def test_killed_holder_blocks_others_until_lock_at_most_for_only(alias: str, ser
     name = f"crash-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    holder = subprocess.Popen(
+    # `with` closes the pipes once the holder is gone (it waits for it, too).
+    with subprocess.Popen(
         [sys.executable, "-m", "tests.faults.crash_holder", json.dumps(database), name, "2"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        line = holder.stdout.readline().split()
-        assert line[:1] == ["HELD"], holder.stderr.read() if holder.stderr else line
-        fencing, lock_until = int(line[1]), datetime.fromisoformat(line[2])
-        holder.send_signal(signal.SIGKILL)
-        holder.wait(10)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            line = holder.stdout.readline().split()
+            assert line[:1] == ["HELD"], holder.stderr.read() if holder.stderr else line
+            fencing, lock_until = int(line[1]), datetime.fromisoformat(line[2])
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(10)
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
     provider = DatabaseLockProvider("db", using=alias)
     config = LockConfiguration(name, "1m")
     attempts, held = 0, None

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tslock_django.worker.export import WORKER_DIR, write_worker_bundle
+from tslock_django.worker.export import WORKER_DIR, WRANGLER_VERSION, write_worker_bundle
 
 
 def parse_jsonc(text: str) -> Any:
@@ -36,7 +36,7 @@ def parse_jsonc(text: str) -> Any:
 
 def test_the_bundle_holds_the_shipped_worker_and_a_valid_config(tmp_path: Path) -> None:
     paths = write_worker_bundle(tmp_path / "out", worker_name="acme-locks")
-    assert [p.name for p in paths] == ["index.js", "wrangler.jsonc", "DEPLOY.md"]
+    assert [p.name for p in paths] == ["index.js", "wrangler.jsonc", "package.json", "DEPLOY.md"]
     assert (tmp_path / "out" / "index.js").read_bytes() == (WORKER_DIR / "index.js").read_bytes()
     config = parse_jsonc((tmp_path / "out" / "wrangler.jsonc").read_text())
     assert config["name"] == "acme-locks"
@@ -50,7 +50,22 @@ def test_the_bundle_holds_the_shipped_worker_and_a_valid_config(tmp_path: Path) 
     assert "npx wrangler deploy" in deploy
     assert "cloudflare-do://" in deploy
     assert "acme-locks" in deploy
+    assert deploy.index("    npm install\n") < deploy.index("    npx wrangler secret put"), (
+        "the pinned wrangler is installed before its first use"
+    )
     assert "deploy this folder's Worker first" in deploy, "the upgrade order is part of the notes"
+
+
+def test_the_bundle_pins_wrangler_exactly(tmp_path: Path) -> None:
+    write_worker_bundle(tmp_path, worker_name="acme-locks")
+    package = json.loads((tmp_path / "package.json").read_text())
+    assert package["devDependencies"] == {"wrangler": WRANGLER_VERSION}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", WRANGLER_VERSION), "an exact version, no range"
+    assert package["private"] is True and package["name"] == "acme-locks"
+    # The config's schema reference resolves once `npm install` put wrangler there.
+    assert parse_jsonc((tmp_path / "wrangler.jsonc").read_text())["$schema"] == (
+        "node_modules/wrangler/config-schema.json"
+    )
 
 
 def test_the_classes_the_config_names_are_exported_by_the_worker() -> None:
@@ -69,8 +84,12 @@ def test_the_local_runtime_and_the_deployment_use_one_compatibility_date() -> No
 
 def test_existing_files_are_not_overwritten_unless_asked(tmp_path: Path) -> None:
     (tmp_path / "wrangler.jsonc").write_text("// mine\n{}")
-    with pytest.raises(FileExistsError, match="overwrite"):
+    with pytest.raises(FileExistsError) as refused:
         write_worker_bundle(tmp_path)
+    assert str(refused.value) == (
+        f"wrangler.jsonc already exists in {tmp_path}; choose an empty folder, or add --overwrite "
+        "to replace the bundle's files (overwrite=True from Python)"
+    )
     assert (tmp_path / "wrangler.jsonc").read_text() == "// mine\n{}"
     assert not (tmp_path / "index.js").exists(), "nothing is written when one file exists"
     write_worker_bundle(tmp_path, overwrite=True)
@@ -79,7 +98,7 @@ def test_existing_files_are_not_overwritten_unless_asked(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("bad", ["", "Upper", "-dash", "dash-", "under_score", "x" * 64, "a b"])
 def test_bad_worker_names_are_refused(tmp_path: Path, bad: str) -> None:
-    with pytest.raises(ValueError, match="worker_name"):
+    with pytest.raises(ValueError, match=r"not a valid Worker name \(--name, worker_name\)"):
         write_worker_bundle(tmp_path, worker_name=bad)
     assert list(tmp_path.iterdir()) == []
 
@@ -93,6 +112,7 @@ def test_the_npm_lockfile_pins_the_runtime() -> None:
     assert package["private"] is True
 
 
+<<<<<<< HEAD
 def test_the_bundle_sets_the_shard_count_and_tells_how_to_change_it(tmp_path: Path) -> None:
     write_worker_bundle(tmp_path / "out")
     config = parse_jsonc((tmp_path / "out" / "wrangler.jsonc").read_text())
@@ -100,3 +120,10 @@ def test_the_bundle_sets_the_shard_count_and_tells_how_to_change_it(tmp_path: Pa
     deploy = (tmp_path / "out" / "DEPLOY.md").read_text()
     for needed in ("TSLOCK_INDEX_SHARDS_PREVIOUS", "/v1/reindex", "Choosing N", "Staleness", "`next`"):
         assert needed in deploy, needed
+=======
+def test_an_unwritable_folder_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError) as caught:
+        write_worker_bundle(tmp_path / "file" / "out")
+    assert str(caught.value).startswith(f"cannot write the Worker bundle to {tmp_path / 'file' / 'out'}")
+>>>>>>> install

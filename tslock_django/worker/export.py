@@ -16,12 +16,28 @@ WORKER_DIR = Path(__file__).resolve().parent
 _WORKER_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _NAME_LINE = '  "name": "tslock",\n'
 
+#: The wrangler the bundle's package.json pins exactly, so `npx wrangler` in that folder
+#: never takes whatever is newest. 4.86.0 is the newest that runs on Node.js 20 (>= 20.3;
+#: later releases need Node 22) and bundles the same Miniflare (4.20260426.0) the tests
+#: and LocalWorker run the Worker on.
+WRANGLER_VERSION = "4.86.0"
+
 DEPLOY_NOTES = """\
 # Deploying the tslock Worker
 
 This folder holds the companion Worker of tslock-django: one Durable Object per lock
+<<<<<<< HEAD
 name (SQLite-backed) and N index objects (shards) for listing. You need a Cloudflare account
 and Node.js; nothing here needs a build step.
+=======
+name (SQLite-backed) and one index object for listing. You need a Cloudflare account
+and Node.js 20.3 or newer; nothing here needs a build step.
+
+0. Install the wrangler version this folder pins (package.json; about 200 MB in
+   node_modules), so every `npx wrangler` below runs that version:
+
+       npm install
+>>>>>>> install
 
 1. Choose a long random secret and store it as the Worker's secret (it is never in a file):
 
@@ -120,7 +136,8 @@ through); watch them with `npx wrangler tail`.
 def write_worker_bundle(
     output_dir: str | Path, *, worker_name: str = "tslock", overwrite: bool = False
 ) -> list[Path]:
-    """Write ``index.js``, ``wrangler.jsonc`` and ``DEPLOY.md`` into ``output_dir``.
+    """Write ``index.js``, ``wrangler.jsonc``, ``package.json`` (pinning wrangler) and
+    ``DEPLOY.md`` into ``output_dir``.
 
     Args:
         output_dir: the folder to write to; created if missing.
@@ -135,29 +152,51 @@ def write_worker_bundle(
     Raises:
         ValueError: a bad ``worker_name``.
         FileExistsError: one of the files exists and ``overwrite`` is false.
+        OSError: the folder cannot be created or written (the message says which).
     """
     if not isinstance(worker_name, str) or not _WORKER_NAME.fullmatch(worker_name):
         raise ValueError(
-            f"worker_name {worker_name!r} is not a valid Worker name: use lowercase letters, digits "
-            'and dashes (at most 63, not starting or ending with a dash), e.g. "tslock"'
+            f"{worker_name!r} is not a valid Worker name (--name, worker_name): use lowercase letters, "
+            'digits and dashes (at most 63, not starting or ending with a dash), e.g. "tslock"'
         )
     target = Path(output_dir)
     contents = {
         "index.js": (WORKER_DIR / "index.js").read_text(encoding="utf-8"),
         "wrangler.jsonc": _wrangler_config(worker_name),
+        "package.json": _package_json(worker_name),
         "DEPLOY.md": DEPLOY_NOTES.format(worker_name=worker_name),
     }
     paths = [target / filename for filename in contents]
     existing = [p for p in paths if p.exists()]
     if existing and not overwrite:
+        names = ", ".join(p.name for p in existing)
+        verb = "exists" if len(existing) == 1 else "exist"
         raise FileExistsError(
-            f"{', '.join(str(p) for p in existing)} already exist(s); choose an empty folder or "
-            "pass overwrite=True (--overwrite) to replace them"
+            f"{names} already {verb} in {target}; choose an empty folder, or add --overwrite to "
+            "replace the bundle's files (overwrite=True from Python)"
         )
-    target.mkdir(parents=True, exist_ok=True)
-    for path in paths:
-        path.write_text(contents[path.name], encoding="utf-8")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            path.write_text(contents[path.name], encoding="utf-8")
+    except OSError as err:
+        # The same exception type (callers catch PermissionError and friends), with a
+        # message that says what was being written instead of a bare errno line.
+        raise type(err)(
+            f"cannot write the Worker bundle to {err.filename or target}: {err.strerror or err}"
+        ) from err
     return paths
+
+
+def _package_json(worker_name: str) -> str:
+    package = {
+        "name": worker_name,
+        "private": True,
+        "description": "The tslock-django companion Worker; see DEPLOY.md.",
+        "engines": {"node": ">=20.3"},
+        "devDependencies": {"wrangler": WRANGLER_VERSION},
+    }
+    return json.dumps(package, indent=2) + "\n"
 
 
 def _wrangler_config(worker_name: str) -> str:

@@ -2,20 +2,32 @@
 // API) on 127.0.0.1, for tests and the local demo. Offline; no Cloudflare account needed.
 //
 //   node serve.mjs [--persist DIR] [--token SECRET] [--port N] [--script FILE] [--vars JSON]
+//                  [--runtime DIR]
 //
 // The bearer secret comes from --token or the TSLOCK_TOKEN environment variable; with
 // neither, the Worker runs without one and answers 500 (as a deployment without the
 // wrangler secret would). Prints exactly one line, "READY <url>", once requests can be
 // served, and stops cleanly on SIGTERM or SIGINT. --script runs another Worker module in
 // place of index.js with the same bindings (tests use it to start an older release).
+//
+// Miniflare is looked up in --runtime DIR (a folder holding node_modules), then next to
+// this file (a development checkout after `npm ci`), then in the per-user cache where
+// `python manage.py tslock runtime --install` puts it. The cache folder is
+// $XDG_CACHE_HOME/tslock-django/worker-runtime/<first 16 hex digits of the SHA-256 of
+// package-lock.json> (~/.cache when XDG_CACHE_HOME is unset or relative): the same rule
+// as tslock_django/testing/worker_runtime.py.
 
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { homedir } from "node:os";
+import { dirname, isAbsolute, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { Miniflare } from "miniflare";
 
 // Must not be newer than the bundled workerd build; the same date is in wrangler.jsonc.
 const COMPATIBILITY_DATE = "2025-04-01";
+const INSTALL_COMMAND = "python manage.py tslock runtime --install";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const { values } = parseArgs({
@@ -26,8 +38,36 @@ const { values } = parseArgs({
     script: { type: "string" },
     // Worker variables as a JSON object of strings, as wrangler.jsonc's "vars" sets them.
     vars: { type: "string" },
+    runtime: { type: "string" },
   },
 });
+
+function cacheFolder() {
+  const base = process.env.XDG_CACHE_HOME;
+  const root = base && isAbsolute(base) ? base : join(homedir(), ".cache");
+  const digest = createHash("sha256").update(readFileSync(join(here, "package-lock.json"))).digest("hex");
+  return join(root, "tslock-django", "worker-runtime", digest.slice(0, 16));
+}
+
+async function loadMiniflare() {
+  const folders = values.runtime ? [resolve(values.runtime)] : [here, cacheFolder()];
+  for (const folder of folders) {
+    let entry;
+    try {
+      entry = createRequire(join(folder, "package.json")).resolve("miniflare");
+    } catch (err) {
+      if (err?.code === "MODULE_NOT_FOUND") continue;
+      throw err;
+    }
+    return (await import(pathToFileURL(entry).href)).Miniflare;
+  }
+  // One line instead of Node's ERR_MODULE_NOT_FOUND stack: say what to run.
+  console.error(
+    `serve.mjs: the local Workers runtime (miniflare) is not installed (looked in ${folders.join(", ")}); ` +
+      `install it with \`${INSTALL_COMMAND}\` (in a clone of tslock-django: \`npm ci --prefix tslock_django/worker\`)`,
+  );
+  process.exit(3);
+}
 
 const token = values.token ?? process.env.TSLOCK_TOKEN ?? "";
 const port = Number(values.port);
@@ -36,11 +76,13 @@ if (!Number.isInteger(port) || port < 0 || port > 65535) {
   process.exit(2);
 }
 
+const Miniflare = await loadMiniflare();
 const script = values.script ? resolve(values.script) : join(here, "index.js");
 const mf = new Miniflare({
   modules: true,
   scriptPath: script,
-  // Module names are paths from here; a --script elsewhere must not need "..".
+  // Module names are paths from the script's folder; without this they are relative to
+  // the working directory, and workerd refuses a "../" name when started from elsewhere.
   modulesRoot: dirname(script),
   // As wrangler does: every .js module of the Worker is an ES module.
   modulesRules: [{ type: "ESModule", include: ["**/*.js"] }],

@@ -258,7 +258,12 @@ def test_check_exit_status_from_the_shell(tmp_path: Path) -> None:
 
 def test_worker_writes_the_bundle(tmp_path: Path) -> None:
     out, _ = run("worker", "--output", str(tmp_path / "w"))
-    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["DEPLOY.md", "index.js", "wrangler.jsonc"]
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == [
+        "DEPLOY.md",
+        "index.js",
+        "package.json",
+        "wrangler.jsonc",
+    ]
     assert "Wrote the Worker bundle" in out
     with pytest.raises(CommandError, match=r"exist"):
         run("worker", "--output", str(tmp_path / "w"))
@@ -469,3 +474,14 @@ def test_check_is_one_small_query_per_provider(settings: Any, small_pages: list[
     settings.TSLOCK_PROVIDERS = {"a": MEMORY, "b": MEMORY}
     assert run("check")[0].splitlines() == ["a: ok (strong)", "b: ok (strong)"]
     assert small_pages == [("a", 1), ("b", 1)]
+
+
+def test_runtime_says_where_the_local_workers_runtime_is() -> None:
+    out, _ = run("runtime")
+    assert "The local Workers runtime (miniflare " in out
+    assert "Node.js: " in out
+
+
+def test_runtime_install_and_remove_exclude_each_other() -> None:
+    with pytest.raises(CommandError, match="not allowed with argument --install"):
+        run("runtime", "--install", "--remove")

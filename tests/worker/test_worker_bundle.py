@@ -112,7 +112,6 @@ def test_the_npm_lockfile_pins_the_runtime() -> None:
     assert package["private"] is True
 
 
-<<<<<<< HEAD
 def test_the_bundle_sets_the_shard_count_and_tells_how_to_change_it(tmp_path: Path) -> None:
     write_worker_bundle(tmp_path / "out")
     config = parse_jsonc((tmp_path / "out" / "wrangler.jsonc").read_text())
@@ -120,10 +119,10 @@ def test_the_bundle_sets_the_shard_count_and_tells_how_to_change_it(tmp_path: Pa
     deploy = (tmp_path / "out" / "DEPLOY.md").read_text()
     for needed in ("TSLOCK_INDEX_SHARDS_PREVIOUS", "/v1/reindex", "Choosing N", "Staleness", "`next`"):
         assert needed in deploy, needed
-=======
+
+
 def test_an_unwritable_folder_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(NotADirectoryError) as caught:
         write_worker_bundle(tmp_path / "file" / "out")
     assert str(caught.value).startswith(f"cannot write the Worker bundle to {tmp_path / 'file' / 'out'}")
->>>>>>> install

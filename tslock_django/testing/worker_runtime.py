@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
-<<<<<<< HEAD
-=======
 import functools
 import hashlib
->>>>>>> install
 import json
 import os
 import re

@@ -26,18 +26,13 @@ DEPLOY_NOTES = """\
 # Deploying the tslock Worker
 
 This folder holds the companion Worker of tslock-django: one Durable Object per lock
-<<<<<<< HEAD
 name (SQLite-backed) and N index objects (shards) for listing. You need a Cloudflare account
-and Node.js; nothing here needs a build step.
-=======
-name (SQLite-backed) and one index object for listing. You need a Cloudflare account
 and Node.js 20.3 or newer; nothing here needs a build step.
 
 0. Install the wrangler version this folder pins (package.json; about 200 MB in
    node_modules), so every `npx wrangler` below runs that version:
 
        npm install
->>>>>>> install
 
 1. Choose a long random secret and store it as the Worker's secret (it is never in a file):
 

@@ -13,6 +13,7 @@ Subcommands:
         records that expired longer ago than that (stores that forget expired records
         by themselves say so).
     ``worker --output DIR [--overwrite]``: write the companion Cloudflare Worker bundle.
+    ``runtime [--install | --remove]``: the local Workers runtime (see ``_runtime``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ...core.provider import LockProvider
 from ...core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
 from ...core.records import LockRecord
 from ...exceptions import InvalidCursor, InvalidLockProvider, LockProviderError, UnsupportedQuery
+from . import _runtime
 
 #: The prefix ``check`` lists with: any store can answer it, and it matches no real lock
 #: in practice, so the check stays one cheap request.
@@ -168,7 +170,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
-            dest="subcommand", metavar="{list,release,check,purge,worker}", required=True
+            dest="subcommand", metavar="{list,release,check,purge,worker,runtime}", required=True
         )
         # CommandParser.add_subparsers passes called_from_command_line on, so a usage error
         # in a subcommand is a CommandError under call_command and a usage line in a shell.
@@ -246,6 +248,8 @@ class Command(BaseCommand):
         worker.add_argument(
             "--name", dest="worker_name", default="tslock", help="The Worker's name in wrangler.jsonc."
         )
+
+        _runtime.add_arguments(sub.add_parser("runtime", help=_runtime.HELP))
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdin: TextIO = options.get("stdin") or sys.stdin
@@ -454,6 +458,9 @@ class Command(BaseCommand):
                 return f"{seconds // size}{unit}"
         return f"{duration.total_seconds():g}s"
 
+    def handle_runtime(self, **options: Any) -> None:
+        _runtime.handle(self, **options)
+
     # -- worker -------------------------------------------------------------------------
 
     def handle_worker(self, *, output: str, overwrite: bool, worker_name: str, **_: Any) -> None:
@@ -463,9 +470,7 @@ class Command(BaseCommand):
         try:
             written = write_worker_bundle(output, worker_name=worker_name, overwrite=overwrite)
         except (
-            FileExistsError,
-            NotADirectoryError,
-            PermissionError,
+            OSError,
             ValueError,
         ) as err:
             raise CommandError(str(err)) from err

@@ -88,4 +88,6 @@ def describe_holder(name: str, holder: LockRecord | None) -> str:
     if holder is None:
         return f"lock {name!r} is held by another process"
     who = holder.locked_by or "an unnamed holder"
-    return f"lock {name!r} is held by {who} until {holder.lock_until.isoformat(timespec='seconds')}"
+    from .core.times import format_time
+
+    return f"lock {name!r} is held by {who} until {format_time(holder.lock_until)}"

@@ -97,8 +97,8 @@ def test_columns_show_times_in_the_admin_time_zone_and_the_progress_bar(
 
     html = admin_client.get(locks_url, {"state": "all"}).content.decode()
 
-    assert "2031-01-01 09:00:00" in html  # 00:00 UTC shown in Tokyo time
-    assert "2031-01-01 10:00:00" in html
+    assert "2031-01-01T09:00:00+09:00" in html  # 00:00 UTC shown in Tokyo time, with its offset
+    assert "2031-01-01T10:00:00+09:00" in html
     assert 'class="tslock-bar overdue"' in html  # the expired row's bar is marked overdue
     assert 'style="width: 100%"' in html
     assert 'style="width: 0%"' in html  # the future row has not started yet

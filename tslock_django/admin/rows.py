@@ -10,6 +10,7 @@ from typing import Any
 from django.utils import timezone
 
 from ..core.records import LockRecord
+from ..core.times import format_time
 
 #: The states a row can be in; "unknown" is a record whose times cannot be read.
 STATES: dict[str, str] = {
@@ -84,12 +85,12 @@ class LockRow:
     selection: Selection | None  # None: nothing to release conditionally on
 
     @property
-    def locked_at_local(self) -> datetime | None:
-        return timezone.localtime(self.locked_at) if self.locked_at else None
+    def locked_at_shown(self) -> str:
+        return format_time(self.locked_at) if self.locked_at else "-"
 
     @property
-    def lock_until_local(self) -> datetime | None:
-        return timezone.localtime(self.lock_until) if self.lock_until else None
+    def lock_until_shown(self) -> str:
+        return format_time(self.lock_until) if self.lock_until else "-"
 
     @property
     def state_label(self) -> str:

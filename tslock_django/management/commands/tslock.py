@@ -157,8 +157,10 @@ def _iso(value: Any) -> str | None:
 
 
 def _local(value: Any, zone: tzinfo) -> str:
+    # The one rule for times shown to people (core/times.py), with the zone looked up
+    # once per page rather than per cell.
     if isinstance(value, datetime) and timezone.is_aware(value):
-        return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
+        return value.astimezone(zone).isoformat(timespec="seconds")
     return "-"
 
 

@@ -52,9 +52,10 @@ def test_a_body_at_the_limit_is_accepted(api: httpx.Client) -> None:
 
 
 def test_the_largest_valid_request_fits(api: httpx.Client) -> None:
-    # Python's json escapes every non-ASCII character; a 512-byte name of control
-    # characters and 255 astral characters of locked_by are the worst case.
-    body = {"name": "\x01" * 512, "lock_at_most_for_ms": 1000, "locked_by": "\U0001f600" * 255}
+    # Python's json escapes every non-ASCII character (six bytes each); names may not hold
+    # control characters, so a 512-byte name of two-byte letters and 255 astral characters
+    # of locked_by are the worst case.
+    body = {"name": "\u00e9" * 256, "lock_at_most_for_ms": 1000, "locked_by": "\U0001f600" * 255}
     assert len(json.dumps(body).encode()) < LIMIT
     assert api.post("/v1/acquire", json=body).json()["acquired"] is True
 

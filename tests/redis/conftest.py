@@ -35,12 +35,12 @@ def local_redis_up() -> bool:
 
 def require_local_redis() -> None:
     if not CI and not local_redis_up():
-        pytest.skip("no Redis on 127.0.0.1:6379 (required when CI is set)")
+        pytest.skip(reason="no Redis on 127.0.0.1:6379 (required when CI is set)")
 
 
 def require_redis_server() -> None:
     if not CI and REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (required when CI is set)")
+        pytest.skip(reason="redis-server is not installed (required when CI is set)")
 
 
 @pytest.fixture(scope="session")

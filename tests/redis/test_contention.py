@@ -29,6 +29,7 @@ def contend(tmp_path: Path, url: str, key_prefix: str, processes: int, rounds: i
     log, go = tmp_path / "holders.log", tmp_path / "go"
     spec = json.dumps(
         {
+            "kind": "redis",
             "url": url,
             "key_prefix": key_prefix,
             "name": f"stress-{uuid.uuid4().hex[:8]}",
@@ -42,7 +43,7 @@ def contend(tmp_path: Path, url: str, key_prefix: str, processes: int, rounds: i
     env.pop("DJANGO_SETTINGS_MODULE", None)
     running = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.redis.contender", spec],
+            [sys.executable, "-m", "tests.stress.holder", spec],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,

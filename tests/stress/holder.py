@@ -40,6 +40,10 @@ def provider_from(spec: dict[str, Any]) -> Any:
         return providers["default"]
     settings.configure(USE_TZ=True, INSTALLED_APPS=["tslock_django"])
     django.setup()
+    if spec["kind"] == "redis":
+        from tslock_django.providers.redis import RedisLockProvider
+
+        return RedisLockProvider("redis", url=spec["url"], key_prefix=spec["key_prefix"])
     from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 
     return DurableObjectLockProvider("edge", url=spec["url"], token=spec["token"])
@@ -71,6 +75,7 @@ def main(spec: dict[str, Any]) -> dict[str, int]:
             ran += 1
         time.sleep(random.uniform(0, spec["hold_s"]))
     os.close(log)
+    provider.close()
     return {"pid": os.getpid(), "ran": ran, "skipped": skipped}
 
 

@@ -140,6 +140,21 @@ def kv_provider(url: str) -> KVLockProvider:
     )
 
 
+def kv_setting(url: str) -> dict[str, Any]:
+    """The TSLOCK_PROVIDERS entry of a KV provider on the hostile server at ``url``."""
+    return {
+        "BACKEND": "tslock_django.providers.cloudflare_kv.KVLockProvider",
+        "OPTIONS": {
+            "account_id": "acct",
+            "namespace_id": "ns",
+            "api_token": TOKEN,
+            "acknowledge_advisory_lock": True,
+            "base_url": url,
+            "timeout": 5,
+        },
+    }
+
+
 def do_provider(url: str) -> DurableObjectLockProvider:
     return DurableObjectLockProvider("hostile-do", url=url, token=TOKEN, timeout=5)
 
@@ -327,19 +342,7 @@ def test_tslock_list_prints_a_hostile_error_message_without_terminal_controls(se
         return http_response(500, {"success": False, "errors": [{"code": 10001, "message": message}]})
 
     with raw_server(answer) as url:
-        settings.TSLOCK_PROVIDERS = {
-            "kv": {
-                "BACKEND": "tslock_django.providers.cloudflare_kv.KVLockProvider",
-                "OPTIONS": {
-                    "account_id": "acct",
-                    "namespace_id": "ns",
-                    "api_token": TOKEN,
-                    "acknowledge_advisory_lock": True,
-                    "base_url": url,
-                    "timeout": 5,
-                },
-            }
-        }
+        settings.TSLOCK_PROVIDERS = {"kv": kv_setting(url)}
         out, err = io.StringIO(), io.StringIO()
         with pytest.raises(CommandError):
             call_command("tslock", "list", stdout=out, stderr=err)
@@ -451,17 +454,7 @@ def test_tslock_list_shows_the_unreadable_row_and_every_other_provider(settings:
     store = {"tslock:bad": HUGE_NUMBER.encode(), "tslock:good": json.dumps(good).encode()}
     with raw_server(kv_store(store)) as url:
         settings.TSLOCK_PROVIDERS = {
-            "kv": {
-                "BACKEND": "tslock_django.providers.cloudflare_kv.KVLockProvider",
-                "OPTIONS": {
-                    "account_id": "acct",
-                    "namespace_id": "ns",
-                    "api_token": TOKEN,
-                    "acknowledge_advisory_lock": True,
-                    "base_url": url,
-                    "timeout": 5,
-                },
-            },
+            "kv": kv_setting(url),
             "mem": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"},
         }
         assert providers["mem"].lock(config("in-memory")) is not None

@@ -112,12 +112,13 @@ def test_the_npm_lockfile_pins_the_runtime() -> None:
     assert package["private"] is True
 
 
-def test_the_bundle_sets_the_shard_count_and_tells_how_to_change_it(tmp_path: Path) -> None:
+def test_the_bundle_sets_the_index_variables_and_tells_how_to_change_them(tmp_path: Path) -> None:
     write_worker_bundle(tmp_path / "out")
     config = parse_jsonc((tmp_path / "out" / "wrangler.jsonc").read_text())
-    assert config["vars"] == {"TSLOCK_INDEX_SHARDS": "16"}
+    assert config["vars"] == {"TSLOCK_INDEX_SHARDS": "16", "TSLOCK_REPORT_DELAY_MS": "1000"}
     deploy = (tmp_path / "out" / "DEPLOY.md").read_text()
-    for needed in ("TSLOCK_INDEX_SHARDS_PREVIOUS", "/v1/reindex", "Choosing N", "Staleness", "`next`"):
+    needed_words = ("TSLOCK_INDEX_SHARDS_PREVIOUS", "/v1/reindex", "Choosing N", "Staleness", "`next`")
+    for needed in (*needed_words, "TSLOCK_REPORT_DELAY_MS", "reconciles"):
         assert needed in deploy, needed
 
 

@@ -4,8 +4,10 @@ checked before anything else, so an unauthenticated caller learns nothing but 40
 
 from __future__ import annotations
 
+import http.client
 import json
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -15,11 +17,24 @@ from tslock_django.testing.worker_runtime import LocalWorker
 LIMIT = 16 * 1024
 
 
-def test_a_large_body_is_refused_with_413(api: httpx.Client) -> None:
-    body = {"name": "big", "lock_at_most_for_ms": 1000, "locked_by": "x" * (1024 * 1024)}
-    response = api.post("/v1/acquire", json=body)
-    assert response.status_code == 413
-    assert f"{LIMIT} bytes" in response.json()["error"]
+def test_a_large_body_is_refused_with_413_before_it_is_read(local_worker: LocalWorker, api: httpx.Client) -> None:
+    # A 1 MiB acquire body is announced and only its first KiB is sent: the answer comes
+    # anyway, so the Worker refused it by its Content-Length without reading it. (Sending
+    # all of it races the refusal: the runtime may reset the connection mid-upload.)
+    address = urlsplit(local_worker.url)
+    connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=10)
+    try:
+        connection.putrequest("POST", "/v1/acquire")
+        connection.putheader("Authorization", f"Bearer {local_worker.token}")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(1024 * 1024))
+        connection.endheaders()
+        connection.send(b'{"name": "big", "lock_at_most_for_ms": 1000, "locked_by": "' + b"x" * 1024)
+        response = connection.getresponse()
+        assert response.status == 413
+        assert f"{LIMIT} bytes" in json.loads(response.read())["error"]
+    finally:
+        connection.close()
     # Nothing was taken.
     taken = api.post("/v1/acquire", json={"name": "big", "lock_at_most_for_ms": 1000}).json()
     assert taken["acquired"] is True

@@ -81,20 +81,30 @@ Each lock object answers its caller first and then reports the change to one ind
 object, chosen by a hash of the lock name (SHA-256, mod N); a listing asks all N and
 merges their pages. N is `TSLOCK_INDEX_SHARDS` in `wrangler.jsonc` ("16" as written).
 
+The report delay: a lock object reports `TSLOCK_REPORT_DELAY_MS` after a change ("1000"
+as written), from its alarm, and sends only the state it has then. A lock taken and
+released within the delay costs the index nothing; a longer one costs two reports
+(taken, ended), as many as with no delay. A force release reports at once. "0" reports
+every change at once (what a Worker without the variable does).
+
 Choosing N: one Durable Object handles on the order of a thousand small requests a
-second, and every lock operation (acquire, extend, unlock, force release, expiry) sends
-one report to one shard. Take your peak lock operations per second, divide by 500 and
-round up to a power of two: 16 covers about 8,000 operations a second. More shards cost
-every listing page one call per shard (each reading at most one row more than the page
-holds), so do not raise N far beyond that; 1 is fine for a small deployment.
+second, and every lock that outlives the report delay sends its shard two reports
+(taken and ended; an extend sends one more). Take your peak lock operations per second,
+divide by 500 and round up to a power of two: 16 covers about 8,000 operations a second.
+More shards cost every listing page one call per shard (each reading at most one row
+more than the page holds), so do not raise N far beyond that; 1 is fine for a small
+deployment.
 
 Staleness: a listing never shows a lock past its lock_until (the index filters by time
-when it reads). A change shows once its report lands, normally milliseconds after the
-caller's answer. If a report is lost (an index object restarting, a network failure),
-the lock object's alarm re-sends it after 1 s, then after 2, 4, 8 and 16 s and every
-30 s while the index stays unreachable; until then a listing can show the previous
-state of that lock: a new lock missing, a released lock still listed, an extended lock
-with its old lock_until.
+when it reads). A change shows once its report lands: the report delay plus
+milliseconds after the caller's answer. If a report is lost (an index object
+restarting, a network failure), the lock object's alarm re-sends it after 1 s, then
+after 2, 4, 8 and 16 s and every 30 s while the index stays unreachable; until then a
+listing can show the previous state of that lock: a new lock missing, a released lock
+still listed, an extended lock with its old lock_until. As a last resort each index
+object reconciles: every 15 minutes it asks the lock objects of up to 50 entries that no
+report has confirmed for an hour to send their records again, and drops entries whose
+lock object holds no lock at all.
 
 Changing N on a deployed Worker (also the way to upgrade from a release before shards,
 whose index is the 1-shard layout: use "1" as the old value):

@@ -10,20 +10,26 @@
 // Durable Objects cannot be enumerated, so each LockObject reports every change to the
 // index: N LockIndex objects (shards, N = the TSLOCK_INDEX_SHARDS variable), the shard of
 // a name chosen by a hash of it. A report is tagged with a per-name version so that a
-// late or reordered one never overwrites a newer one. The lock object starts its report
-// and answers its caller without waiting for it; it records which version the index
-// acknowledged and its alarm re-sends a report that did not land (see "Staleness"
-// below). GET /v1/locks asks every shard for one page (each reads at most limit + 1
-// rows along an index; a search or state filter skips non-matching entries on the way)
-// and merges them.
+// late or reordered one never overwrites a newer one. The lock object answers its caller
+// without waiting for the index: it reports TSLOCK_REPORT_DELAY_MS after a change, from
+// its alarm, sending only the latest state (so a lock taken and released within the
+// delay costs the index nothing), or at once when the delay is 0 (unset) and for a force
+// release. It records which version the index acknowledged and its alarm re-sends a
+// report that did not land; each shard also reconciles, asking the lock objects of
+// entries no report has confirmed for an hour to send their record again (see
+// "Staleness" below). GET /v1/locks asks every shard for one page (each reads at most
+// limit + 1 rows along an index; a search or state filter skips non-matching entries on
+// the way) and merges them.
 //
 // Staleness: a listing shows what the index holds, filtered by lock_until at read time,
 // so it never shows an expired lock as current. A change (taken, released, extended)
-// shows once its report lands: normally a few milliseconds after the answer. A report
-// that fails is re-sent by the lock object's alarm after 1 s, then after 2, 4, 8, 16 and
-// every 30 s while the index stays unreachable; so with the index reachable a listing is
-// at most about 1 s behind a lost report, and the Worker never reports a lock as held
-// past its lock_until.
+// shows once its report lands: the report delay plus a few milliseconds after the answer
+// (a force release: a few milliseconds). A report that fails is re-sent by the lock
+// object's alarm after 1 s, then after 2, 4, 8, 16 and every 30 s while the index stays
+// unreachable; so with the index reachable a listing is at most about the delay plus 1 s
+// behind a lost report, and the Worker never reports a lock as held past its lock_until.
+// An entry whose reports stopped altogether (its lock object's alarm lost) is corrected
+// by reconciliation within about RECONCILE_AFTER_MS + RECONCILE_EVERY_MS.
 //
 // Wire protocol v1 (JSON in and out, names only ever in the JSON body or query string):
 //   GET  /v1/health                          no auth
@@ -78,12 +84,23 @@ const MAX_BODY_BYTES = 16 * 1024;
 // A report that did not land is re-sent after 1 s, doubling up to 30 s.
 const REPORT_RETRY_MS = 1000;
 const REPORT_RETRY_MAX_MS = 30_000;
+// The longest report delay allowed: a listing may be this far behind a change.
+const MAX_REPORT_DELAY_MS = 60_000;
 const REINDEX_BATCH = 25;
 const MAX_REINDEX_BATCH = 500;
 // Tombstones (names whose lock ended) keep their version this long so that a report
 // delayed in flight cannot bring a finished lock back; then they are pruned.
 const TOMBSTONE_KEEP_MS = 10 * 60 * 1000;
 const PRUNE_BATCH = 500;
+// Reconciliation, the index's repair path for a report lost for good (a lock object's
+// alarm lost with its storage write, say): every RECONCILE_EVERY_MS a shard asks the
+// lock objects of up to RECONCILE_BATCH entries that no report has confirmed for
+// RECONCILE_AFTER_MS to send their record again; a full batch means more are due, and
+// the next round follows after RECONCILE_SOON_MS.
+const RECONCILE_AFTER_MS = 60 * 60 * 1000;
+const RECONCILE_EVERY_MS = 15 * 60 * 1000;
+const RECONCILE_SOON_MS = 10_000;
+const RECONCILE_BATCH = 50;
 
 const encoder = new TextEncoder();
 
@@ -412,6 +429,21 @@ function shardCount(value, variable) {
   return count;
 }
 
+// How long a lock object waits before it reports a change (TSLOCK_REPORT_DELAY_MS), so
+// that a burst of changes costs one report: 0 (report at once) when unset, as in the
+// releases before the variable.
+function reportDelay(env) {
+  const value = env.TSLOCK_REPORT_DELAY_MS;
+  if (value === undefined || value === null || value === "") return 0;
+  const delay = /^[0-9]{1,5}$/.test(String(value)) ? Number(value) : NaN;
+  if (!(delay >= 0 && delay <= MAX_REPORT_DELAY_MS)) {
+    throw new ConfigError(
+      `TSLOCK_REPORT_DELAY_MS is ${shown(String(value))}; set a whole number of milliseconds from 0 to ${MAX_REPORT_DELAY_MS} in wrangler.jsonc`,
+    );
+  }
+  return delay;
+}
+
 // {current, previous}: the shard counts to report to (both, while a move is under way)
 // and previous (or null), the layout listings read until the move is finished.
 function layouts(env) {
@@ -547,6 +579,9 @@ async function route(request, env) {
     return listingReply(query, await queryLayout(env, previous ?? current, query));
   }
 
+  // A misconfigured Worker answers 500 naming the variable before it touches a lock.
+  layouts(env);
+  reportDelay(env);
   const body = await readJson(request);
   if (url.pathname === "/v1/reindex") return reply(200, await reindex(env, body));
   const name = requireName(body);
@@ -716,44 +751,56 @@ export class LockObject extends DurableObject {
   }
 
   // Persist a change (synchronously, so it is atomic with the read that preceded it)
-  // and answer: the index is told afterwards, without the answer waiting for it. Until the index acknowledges the
-  // current version an alarm is pending at the latest REPORT_RETRY_MS from now, and it
-  // re-sends whatever did not land (the object evicted, the index unreachable).
-  async commit(state, now) {
+  // and answer: the index is told afterwards, without the answer waiting for it. With a
+  // report delay (TSLOCK_REPORT_DELAY_MS) the alarm carries the report: it fires once
+  // after a burst of changes and sends only the latest state, so a lock taken and
+  // released within the delay costs the index nothing. Without one (or `atOnce`, for a
+  // force release: the operator who released a stuck lock reloads the listing next and
+  // must not see it still held) the report starts now. Either way, until the index acknowledges the current version an alarm is
+  // pending, and it re-sends whatever did not land (the object evicted, the index
+  // unreachable).
+  async commit(state, now, { atOnce = false } = {}) {
     state.version += 1;
     if (state.lock_until_ms <= now) state.token = "";
     this.save(state);
-    const retry = now + REPORT_RETRY_MS;
-    const wake = LockObject.isHeld(state, now) ? Math.min(state.lock_until_ms, retry) : retry;
+    const delay = atOnce ? 0 : reportDelay(this.env);
+    const wake = this.nextWake(state, now, delay);
+    let armed = true;
     // An alarm already due sooner serves as well (the handler re-arms it): one alarm
     // write per burst instead of one per change.
-    if (!(this.alarmAt > now && this.alarmAt <= wake)) {
+    if (wake !== null && !(this.alarmAt > now && this.alarmAt <= wake)) {
       try {
         await this.ctx.storage.setAlarm(wake);
         this.alarmAt = wake;
       } catch (err) {
         this.alarmAt = undefined;
+        armed = false;
         console.error("tslock worker: could not set the alarm of", state.name, err);
       }
     }
     // Started before the answer leaves but not awaited: the call is on its way to the
     // index before the caller can ask for a listing, and the answer does not wait for it.
-    this.report();
+    // Also the fallback when no alarm could be set to carry a delayed report.
+    if (delay === 0 || !armed) this.report();
   }
 
-  // Send the current version unless the index has it. A lock that is not current and
-  // whose last acknowledged report (in this object's lifetime, nothing since in flight)
-  // was "no lock" needs no report: the index already lists nothing for the name, and no
-  // older report can land after that acknowledgement and win (versions).
+  // When the alarm must fire for `state`: at its lock_until while it is current (the
+  // index must learn that it ended), and sooner while the index lacks this version
+  // (after the report delay, or the retry period when reports go at once).
+  nextWake(state, now, delay) {
+    const live = LockObject.isHeld(state, now);
+    const deadline = live ? state.lock_until_ms : Infinity;
+    if (this.settled(state, live)) return deadline === Infinity ? null : deadline;
+    return Math.min(deadline, now + (delay > 0 ? delay : REPORT_RETRY_MS));
+  }
+
+  // Send the current version unless the index needs no report (see settled()).
   report() {
     const state = this.load();
-    if (state === null || this.acknowledged(state)) return;
+    if (state === null) return;
     const live = LockObject.isHeld(state, Date.now());
+    if (this.settled(state, live)) return;
     const version = state.version;
-    if (!live && this.inFlight === 0 && this.indexHas !== undefined && !this.indexHas.live) {
-      this.noteAcknowledged(version, false);
-      return;
-    }
     this.inFlight += 1;
     this.deliver(state.name, version, live ? LockObject.record(state) : null)
       .then(
@@ -763,6 +810,19 @@ export class LockObject extends DurableObject {
       .finally(() => {
         this.inFlight -= 1;
       });
+  }
+
+  // Whether the index already has what it needs of `state`: the current version, or, for
+  // a lock that is not current, "no lock" acknowledged last (in this object's lifetime,
+  // nothing since in flight): the index lists nothing for the name, and no older report
+  // can land after that acknowledgement and win (versions).
+  settled(state, live) {
+    if (this.acknowledged(state)) return true;
+    if (!live && this.inFlight === 0 && this.indexHas !== undefined && !this.indexHas.live) {
+      this.noteAcknowledged(state.version, false);
+      return true;
+    }
+    return false;
   }
 
   noteAcknowledged(version, live) {
@@ -873,11 +933,12 @@ export class LockObject extends DurableObject {
     }
     state.lock_until_ms = now;
     state.released = 1;
-    await this.commit(state, now);
+    await this.commit(state, now, { atOnce: true });
     return { released: true, now_ms: now };
   }
 
-  // Fires at the lock's deadline, or earlier while a report is unacknowledged.
+  // Fires at the lock's deadline, after the report delay, or while a report is
+  // unacknowledged; sends the latest state if the index needs it and arms the next wake.
   async alarm() {
     this.alarmAt = undefined;
     const now = Date.now();
@@ -890,7 +951,7 @@ export class LockObject extends DurableObject {
       this.save(state);
     }
     const held = LockObject.isHeld(state, now);
-    if (!this.acknowledged(state)) {
+    if (!this.settled(state, held)) {
       try {
         await this.send(state, held);
       } catch (err) {
@@ -901,9 +962,11 @@ export class LockObject extends DurableObject {
         return;
       }
     }
-    // Still current (or extended since): wake up at its deadline.
-    const latest = this.load();
-    if (LockObject.isHeld(latest, Date.now())) await this.setAlarmAt(latest.lock_until_ms);
+    // What changed while the report was on its way (a commit then may have armed an
+    // alarm this one must not push back), or the deadline of a lock still current.
+    const later = Date.now();
+    const wake = this.nextWake(this.load(), later, reportDelay(this.env));
+    if (wake !== null && !(this.alarmAt > later && this.alarmAt <= wake)) await this.setAlarmAt(wake);
   }
 
   async setAlarmAt(when) {
@@ -932,7 +995,13 @@ export class LockIndex extends DurableObject {
     this.sql = ctx.storage.sql;
     ctx.storage.transactionSync(() => this.migrate());
     this.lastPrune = 0;
+    // Whether this object's lifetime has made sure a reconciliation alarm is pending.
+    this.reconcileArmed = false;
   }
+
+  // The timings of reconciliation (see RECONCILE_*); a test fixture shortens them.
+  static reconcileAfterMs = RECONCILE_AFTER_MS;
+  static reconcileEveryMs = RECONCILE_EVERY_MS;
 
   // One row per name that had a lock recently. A live row holds the record as JSON plus
   // the columns queries filter and sort on. A row whose lock ended is a tombstone
@@ -961,11 +1030,15 @@ export class LockIndex extends DurableObject {
     }
     this.sql.exec("CREATE INDEX IF NOT EXISTS locks_by_lock_until ON locks (lock_until_ms, name)");
     this.sql.exec("CREATE INDEX IF NOT EXISTS locks_by_locked_at ON locks (locked_at_ms, name)");
-    // Pruning finds old tombstones through this (only tombstones are in it).
+    // Pruning finds old tombstones through this (only tombstones are in it), and
+    // reconciliation the live entries that have gone longest without a report.
     this.sql.exec("CREATE INDEX IF NOT EXISTS locks_tombstones ON locks (updated_ms) WHERE record IS NULL");
+    this.sql.exec("CREATE INDEX IF NOT EXISTS locks_unconfirmed ON locks (updated_ms) WHERE record IS NOT NULL");
   }
 
-  // One statement, so the lock path pays for one write whatever the listing needs.
+  // One statement, so the lock path pays for one write whatever the listing needs. A
+  // report of the version already stored is a confirmation (reconciliation, a rebuild):
+  // it rewrites the same record and marks the entry as confirmed now.
   async update(name, version, record) {
     const now = Date.now();
     const live = record !== null && record.lock_until_ms > now;
@@ -975,7 +1048,7 @@ export class LockIndex extends DurableObject {
        ON CONFLICT (name) DO UPDATE SET version = excluded.version,
          lock_until_ms = excluded.lock_until_ms, locked_at_ms = excluded.locked_at_ms,
          released = excluded.released, record = excluded.record, updated_ms = excluded.updated_ms
-       WHERE excluded.version > locks.version`,
+       WHERE excluded.version >= locks.version`,
       name,
       version,
       live ? record.lock_until_ms : 0,
@@ -985,7 +1058,61 @@ export class LockIndex extends DurableObject {
       now,
     );
     this.prune(now);
+    if (!this.reconcileArmed) await this.armReconciliation(now);
     return true;
+  }
+
+  // Make sure a reconciliation alarm is pending (once per object lifetime: the alarm
+  // re-arms itself).
+  async armReconciliation(now) {
+    this.reconcileArmed = true;
+    try {
+      if ((await this.ctx.storage.getAlarm()) === null) {
+        await this.ctx.storage.setAlarm(now + this.constructor.reconcileEveryMs);
+      }
+    } catch (err) {
+      // The report itself is stored; the next one tries again.
+      this.reconcileArmed = false;
+      console.error("tslock worker: could not arm the index's reconciliation", String(err));
+    }
+  }
+
+  // Reconciliation: the lock objects of the entries longest unconfirmed are asked to send
+  // their record again; an entry whose lock object has no lock at all (never had one, or
+  // its storage was deleted) is an orphan and goes. The re-sent reports land through
+  // update() like any other (versions decide), so a stale entry is corrected and a right
+  // one confirmed.
+  async alarm() {
+    const now = Date.now();
+    this.prune(now);
+    const due = this.sql
+      .exec(
+        `SELECT name, updated_ms FROM locks INDEXED BY locks_unconfirmed
+         WHERE record IS NOT NULL AND updated_ms < ? ORDER BY updated_ms LIMIT ?`,
+        now - this.constructor.reconcileAfterMs,
+        RECONCILE_BATCH,
+      )
+      .toArray();
+    const found = await Promise.all(
+      due.map(({ name }) =>
+        lockObject(this.env, name)
+          .resend()
+          .catch((err) => {
+            console.error("tslock worker: reconciliation could not reach the lock object of", name, String(err));
+            return null;
+          }),
+      ),
+    );
+    const later = Date.now();
+    due.forEach(({ name, updated_ms: seen }, i) => {
+      // Only entries untouched since they were picked (no report landed meanwhile): an
+      // orphan goes; the entry of an unreachable lock object is checked again after
+      // RECONCILE_AFTER_MS, so it does not hold up the entries behind it.
+      if (found[i] === false) this.sql.exec("DELETE FROM locks WHERE name = ? AND updated_ms = ?", name, seen);
+      else if (found[i] === null) this.sql.exec("UPDATE locks SET updated_ms = ? WHERE name = ? AND updated_ms = ?", later, name, seen);
+    });
+    const full = due.length === RECONCILE_BATCH;
+    await this.ctx.storage.setAlarm(later + (full ? RECONCILE_SOON_MS : this.constructor.reconcileEveryMs));
   }
 
   // Up to `limit` names after `after` (code point order) with a record, for the rebuild.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,3 +178,54 @@ def test_sixteen_clients_churning_the_same_names_converge(sharded: LocalWorker) 
             }
 
         wait_until(settled, what="the index to match the lock objects", timeout=CONVERGED)
+
+
+# -- reconciliation: the repair path when a lock object's reports stopped for good ----------
+
+REPAIR = Path(__file__).parent / "fixtures" / "index_repair.js"
+
+
+@pytest.fixture(scope="module")
+def repairing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorker]:
+    require_node()
+    folder = tmp_path_factory.mktemp("repair")
+    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
+    shutil.copy(REPAIR, folder / "repair.js")
+    with LocalWorker(script=folder / "repair.js", variables={"TSLOCK_INDEX_SHARDS": "1"}) as worker:
+        yield worker
+
+
+def test_reconciliation_removes_a_lock_whose_release_was_never_reported(repairing: LocalWorker) -> None:
+    with client(repairing) as api:
+        base = prefix()
+        held = acquire(api, base + "q")["record"]
+        wait_until(lambda: base + "q" in listed(api, base), what="the first report")
+        quiet = api.post("/test/quiet-unlock", json={"name": base + "q", "token": held["token"]})
+        assert quiet.json()["done"] is True
+        assert base + "q" in listed(api, base), "the index was not told"
+        wait_until(lambda: listed(api, base) == {}, what="reconciliation", timeout=CONVERGED)
+
+
+def test_reconciliation_drops_an_entry_no_lock_object_holds(repairing: LocalWorker) -> None:
+    with client(repairing) as api:
+        base = prefix()
+        now = int(time.time() * 1000)
+        record = {
+            "name": base + "orphan",
+            "locked_at_ms": now,
+            "lock_until_ms": now + 600_000,
+            "at_least_until_ms": now,
+            "locked_by": "nobody",
+            "fencing_token": 1,
+            "released": False,
+            "token_fingerprint": "00000000",
+        }
+        assert api.post("/test/plant", json={"name": base + "orphan", "record": record}).json()["done"]
+        kept = acquire(api, base + "kept")["record"]
+        assert set(listed(api, base)) == {base + "orphan", base + "kept"}
+        wait_until(
+            lambda: set(listed(api, base)) == {base + "kept"}, what="reconciliation", timeout=CONVERGED
+        )
+        # The live lock was confirmed, not dropped, and its record is unchanged.
+        time.sleep(1.5)
+        assert listed(api, base)[base + "kept"]["fencing_token"] == kept["fencing_token"]

@@ -17,7 +17,7 @@ from tslock_django.testing.worker_runtime import LocalWorker
 LIMIT = 16 * 1024
 
 
-def test_a_large_body_is_refused_with_413_before_it_is_read(local_worker: LocalWorker, api: httpx.Client) -> None:
+def test_a_large_body_is_refused_with_413_unread(local_worker: LocalWorker, api: httpx.Client) -> None:
     # A 1 MiB acquire body is announced and only its first KiB is sent: the answer comes
     # anyway, so the Worker refused it by its Content-Length without reading it. (Sending
     # all of it races the refusal: the runtime may reset the connection mid-upload.)

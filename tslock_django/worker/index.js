@@ -881,6 +881,8 @@ export class LockObject extends DurableObject {
     if (LockObject.isHeld(current, now)) {
       return { acquired: false, record: LockObject.record(current), now_ms: now };
     }
+    // A name never locked before has never been reported: the index lists nothing for it.
+    if (current === null && this.indexHas === undefined) this.indexHas = { version: 0, live: false };
     const state = {
       name,
       locked_at_ms: now,

@@ -131,8 +131,6 @@ def count_requests(provider: Any, counted: CountingTransport) -> dict[str, int]:
 # -- the index off the lock path, sharded (issue 10) --------------------------------------
 
 BENCH_WORKER = Path(__file__).resolve().parent / "worker"
-#: As the exported wrangler.jsonc sets it.
-SHARDS = "16"
 CLIENT_COUNTS = (1, 4, 16)
 #: The pause after each timed latency cycle.
 LATENCY_PAUSE_S = 0.01
@@ -153,24 +151,30 @@ def _variant(folder: Path, wrapper: str | None) -> Path:
 def run_index(rounds: int, seconds: float, sizes: tuple[int, ...]) -> dict[str, Any]:
     """Latency and throughput with the index against the no-index variant, then listings."""
     from tslock_django.testing.worker_runtime import LocalWorker
+    from tslock_django.worker.export import shipped_variables
 
+    # The shipped Worker as the exported wrangler.jsonc runs it (shards, report delay), the
+    # same with every change reported at once (what the delay saves), and the same
+    # without index reports at all.
+    shipped_vars = shipped_variables()
+    at_once_vars = {**shipped_vars, "TSLOCK_REPORT_DELAY_MS": "0"}
     with tempfile.TemporaryDirectory(prefix="tslock-dobench-") as scratch:
         root = Path(scratch)
-        shipped = LocalWorker(
-            script=_variant(root / "shipped", None), variables={"TSLOCK_INDEX_SHARDS": SHARDS}
-        )
-        bare = LocalWorker(
-            script=_variant(root / "bare", "no_index.js"), variables={"TSLOCK_INDEX_SHARDS": SHARDS}
-        )
-        with shipped, bare:
-            workers = {"with index": shipped, "no index": bare}
+        shipped = LocalWorker(script=_variant(root / "shipped", None), variables=shipped_vars)
+        at_once = LocalWorker(script=_variant(root / "at-once", None), variables=at_once_vars)
+        bare = LocalWorker(script=_variant(root / "bare", "no_index.js"), variables=shipped_vars)
+        with shipped, at_once, bare:
+            workers = {"with index": shipped, "reports at once": at_once, "no index": bare}
             lock_path = _lock_path(workers, rounds, seconds)
-        filler = LocalWorker(
-            script=_variant(root / "fill", "fill.js"), variables={"TSLOCK_INDEX_SHARDS": SHARDS}
-        )
+        filler = LocalWorker(script=_variant(root / "fill", "fill.js"), variables=shipped_vars)
         with filler:
             listing = _listing(filler, sizes, rounds)
-    return {**lock_path, "listing": listing, "shards": int(SHARDS)}
+    return {
+        **lock_path,
+        "listing": listing,
+        "shards": int(shipped_vars["TSLOCK_INDEX_SHARDS"]),
+        "report_delay_ms": int(shipped_vars.get("TSLOCK_REPORT_DELAY_MS", "0")),
+    }
 
 
 def _provider(worker: Any, label: str) -> Any:
@@ -233,10 +237,9 @@ def _lock_path(workers: dict[str, Any], rounds: int, seconds: float) -> dict[str
                 for label in order:
                     rates[label].append(_parallel(providers[label][:clients], clients, seconds * 3, round_))
             throughput[str(clients)] = {label: summary(values) for label, values in rates.items()}
-            throughput[str(clients)]["with_over_without"] = (
-                throughput[str(clients)]["with index"]["median"]
-                / throughput[str(clients)]["no index"]["median"]
-            )
+            cell = throughput[str(clients)]
+            cell["with_over_without"] = cell["with index"]["median"] / cell["no index"]["median"]
+            cell["at_once_over_without"] = cell["reports at once"]["median"] / cell["no index"]["median"]
     finally:
         for ps in providers.values():
             for p in ps:
@@ -245,6 +248,7 @@ def _lock_path(workers: dict[str, Any], rounds: int, seconds: float) -> dict[str
         "latency": latency,
         "latency_ms_per_cycle": ms,
         "latency_with_over_without": ms["with index"] / ms["no index"],
+        "latency_at_once_over_without": ms["reports at once"] / ms["no index"],
         "throughput_cycles_per_s": throughput,
     }
 
@@ -278,7 +282,7 @@ def _parallel(providers: list[Any], clients: int, seconds: float, round_: int) -
     return sum(counts) / elapsed
 
 
-def _fill(api: httpx.Client, start: int, stop: int, now_ms: int) -> None:
+def _fill(api: httpx.Client, start: int, stop: int, now_ms: int, shards: int) -> None:
     batch = 2000
     for first in range(start, stop, batch):
         rows = []
@@ -296,7 +300,7 @@ def _fill(api: httpx.Client, start: int, stop: int, now_ms: int) -> None:
                     "token_fingerprint": "00000000",
                 }
             )
-        answer = api.post("/bench/fill", json={"shards": int(SHARDS), "rows": rows})
+        answer = api.post("/bench/fill", json={"shards": shards, "rows": rows})
         answer.raise_for_status()
 
 
@@ -316,7 +320,9 @@ def _listing(worker: Any, sizes: tuple[int, ...], rounds: int) -> dict[str, Any]
         ) as api:
             for size in sizes:
                 started = time.perf_counter()
-                _fill(api, filled, size, int(time.time() * 1000))
+                _fill(
+                    api, filled, size, int(time.time() * 1000), int(worker.variables["TSLOCK_INDEX_SHARDS"])
+                )
                 fill_s = time.perf_counter() - started
                 filled = size
                 found[str(size)] = {"fill_seconds": round(fill_s, 2)}
@@ -377,15 +383,18 @@ def render(do: dict[str, Any] | None) -> list[str]:
         return []
     lines = [
         "",
-        f"Durable Objects index ({index['shards']} shards) against the same Worker without index reports",
+        f"Durable Objects index ({index['shards']} shards, report delay {index['report_delay_ms']} ms) "
+        "against the same Worker without index reports",
         "  acquire+unlock, one client, distinct names: "
         + ", ".join(f"{k} {v:.2f} ms" for k, v in index["latency_ms_per_cycle"].items())
-        + f" ({index['latency_with_over_without']:.2f}x)",
+        + f" (with index {index['latency_with_over_without']:.2f}x, "
+        f"reports at once {index['latency_at_once_over_without']:.2f}x)",
     ]
     for clients, r in index["throughput_cycles_per_s"].items():
         lines.append(
-            f"  {clients:>2} clients: with index {r['with index']['median']:.0f} cycles/s, without "
-            f"{r['no index']['median']:.0f} ({r['with_over_without']:.2f}x)"
+            f"  {clients:>2} clients: with index {r['with index']['median']:.0f} cycles/s "
+            f"({r['with_over_without']:.2f}x), reports at once {r['reports at once']['median']:.0f} "
+            f"({r['at_once_over_without']:.2f}x), without {r['no index']['median']:.0f}"
         )
     for size, r in index["listing"].items():
         if size.isdigit():

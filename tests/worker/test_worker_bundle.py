@@ -5,33 +5,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tslock_django.worker.export import WORKER_DIR, WRANGLER_VERSION, write_worker_bundle
-
-
-def parse_jsonc(text: str) -> Any:
-    """JSON with // and /* */ comments and trailing commas, as wrangler reads it."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char == '"':
-            end = i + 1
-            while text[end] != '"':
-                end += 2 if text[end] == "\\" else 1
-            out.append(text[i : end + 1])
-            i = end + 1
-        elif text.startswith("//", i):
-            i = text.find("\n", i) if "\n" in text[i:] else len(text)
-        elif text.startswith("/*", i):
-            i = text.index("*/", i) + 2
-        else:
-            out.append(char)
-            i += 1
-    return json.loads(re.sub(r",(\s*[}\]])", r"\1", "".join(out)))
+from tslock_django.worker.export import WORKER_DIR, WRANGLER_VERSION, parse_jsonc, write_worker_bundle
 
 
 def test_the_bundle_holds_the_shipped_worker_and_a_valid_config(tmp_path: Path) -> None:

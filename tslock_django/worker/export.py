@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 WORKER_DIR = Path(__file__).resolve().parent
 
@@ -209,3 +210,32 @@ def _wrangler_config(worker_name: str) -> str:
     if _NAME_LINE not in template:  # pragma: no cover - guards edits of the template
         raise RuntimeError("wrangler.jsonc template lost its name line")
     return template.replace(_NAME_LINE, f'  "name": {json.dumps(worker_name)},\n', 1)
+
+
+def parse_jsonc(text: str) -> Any:
+    """JSON with // and /* */ comments and trailing commas, as wrangler reads it."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            end = i + 1
+            while text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            out.append(text[i : end + 1])
+            i = end + 1
+        elif text.startswith("//", i):
+            i = text.find("\n", i) if "\n" in text[i:] else len(text)
+        elif text.startswith("/*", i):
+            i = text.index("*/", i) + 2
+        else:
+            out.append(char)
+            i += 1
+    return json.loads(re.sub(r",(\s*[}\]])", r"\1", "".join(out)))
+
+
+def shipped_variables() -> dict[str, str]:
+    """The Worker variables (``vars``) of the shipped ``wrangler.jsonc``: what a deployment
+    made from the exported bundle runs with (the benchmarks run the Worker with them)."""
+    config = parse_jsonc((WORKER_DIR / "wrangler.jsonc").read_text(encoding="utf-8"))
+    return dict(config.get("vars", {}))

@@ -6,6 +6,7 @@ losing the listing."""
 from __future__ import annotations
 
 import hashlib
+import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.core.management import CommandError, call_command
 
 from tests.conftest import require_node
 from tests.worker.test_worker_listing import acquire, client, names, query, unique, wait_until, walk
@@ -223,3 +225,38 @@ def test_a_page_drawn_mostly_from_one_shard_is_complete(sharded: LocalWorker) ->
                 assert len(set(got)) == 100
                 walked = [r["name"] for r in walk(api, order, desc, 100, prefix=base)]
                 assert sorted(walked) == expected and len(walked) == len(expected)
+
+
+def test_the_reindex_command_rebuilds_the_new_layout(tmp_path: Path, settings: Any) -> None:
+    require_node()
+    state = tmp_path / "state"
+    worker = LocalWorker(persist_dir=state, variables={"TSLOCK_INDEX_SHARDS": "1"})
+    with worker, client(worker) as api:
+        for i, suffix in enumerate(SUFFIXES * 2):
+            acquire(api, f"cmd/{i:02d}{suffix}", at_most=120_000)
+        before = names(api, prefix="cmd/")
+    worker.variables = {"TSLOCK_INDEX_SHARDS": "4", "TSLOCK_INDEX_SHARDS_PREVIOUS": "1"}
+    with worker:
+        settings.TSLOCK_PROVIDERS = {
+            "memory": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"},
+            "edge": {
+                "BACKEND": "tslock_django.providers.cloudflare_do.DurableObjectLockProvider",
+                "OPTIONS": {"url": worker.url, "token": worker.token},
+            },
+        }
+        out = io.StringIO()
+        call_command("tslock", "reindex", "--batch-size", "7", stdout=out)
+        lines = out.getvalue().splitlines()
+        # Batches of 7 in code point order (the listing's), then the total; the memory
+        # store has no separate index and is passed over.
+        assert lines[0] == f"edge: 7 lock object(s) re-sent (through {sorted(before)[6]})"
+        assert lines[1] == f"edge: 14 lock object(s) re-sent (through {sorted(before)[13]})"
+        assert lines[-1] == f"edge: index rebuilt from {len(before)} lock object(s)"
+        assert not any(line.startswith("memory") for line in lines)
+        with pytest.raises(CommandError, match="only a Durable Object provider keeps a separate index"):
+            call_command("tslock", "reindex", "--provider", "memory")
+        with pytest.raises(CommandError, match="from 1 to 500"):
+            call_command("tslock", "reindex", "--batch-size", "0")
+    worker.variables = {"TSLOCK_INDEX_SHARDS": "4"}
+    with worker, client(worker) as api:
+        assert names(api, prefix="cmd/") == before

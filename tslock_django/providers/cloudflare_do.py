@@ -10,6 +10,7 @@ decides expiry. The wire protocol (v1) is described at the top of ``worker/index
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -308,6 +309,55 @@ class DurableObjectLockProvider(LockProvider):
             body["token"] = expected
         data = self._call(what, "POST", "/v1/force-release", body=body)
         return self._flag(data, "released", what)
+
+    # -- rebuilding the index -----------------------------------------------------------
+
+    #: The Worker's limit on names per ``/v1/reindex`` batch.
+    MAX_REINDEX_BATCH: ClassVar[int] = 500
+
+    def reindex(
+        self, *, batch_size: int = 25, progress: Callable[[int, str | None], None] | None = None
+    ) -> int:
+        """Have every lock object of the Worker send its record to the index again.
+
+        This is step 2 of changing the Worker's shard count (``TSLOCK_INDEX_SHARDS``, see the
+        exported ``DEPLOY.md``), and repairs an index that missed reports. It walks the
+        names either index layout lists, ``batch_size`` lock objects per request (each
+        request makes one call per shard plus one per name inside the Worker, so keep it
+        small on plans with a low subrequest limit), and calls ``progress(resent_so_far,
+        last_name_or_None)`` after each batch. Safe to repeat or interrupt: re-sending is
+        idempotent. It covers the whole Worker, whatever this provider's ``key_prefix``.
+
+        Returns the number of lock objects that re-sent their record.
+        """
+        if (
+            not isinstance(batch_size, int)
+            or isinstance(batch_size, bool)
+            or not 1 <= batch_size <= self.MAX_REINDEX_BATCH
+        ):
+            raise ValueError(
+                f"batch_size must be a whole number from 1 to {self.MAX_REINDEX_BATCH}, got {batch_size!r}"
+            )
+        after: str | None = None
+        total = 0
+        while True:
+            what = "rebuild the index"
+            data = self._call(what, "POST", "/v1/reindex", body={"after": after, "limit": batch_size})
+            resent, following = data.get("resent"), data.get("next")
+            if not isinstance(resent, int) or isinstance(resent, bool) or not 0 <= resent <= batch_size:
+                raise self._malformed(what, f'"resent" is not a count from 0 to {batch_size}')
+            if following is not None and not isinstance(following, str):
+                raise self._malformed(what, f'"next" is a {type(following).__name__}, not a name or null')
+            total += resent
+            if progress is not None:
+                progress(total, following)
+            if following is None:
+                return total
+            # A Worker that answers the same position again would keep this loop going
+            # for ever: refuse it instead.
+            if after is not None and following <= after:
+                raise self._malformed(what, '"next" did not move past the previous batch')
+            after = following
 
     # -- listing -------------------------------------------------------------------
 

@@ -241,6 +241,19 @@ class Command(BaseCommand):
             help=f"Records deleted per transaction or request, 1 to {MAX_BATCH:,} (default 500).",
         )
 
+        reindex = sub.add_parser(
+            "reindex",
+            help="Rebuild the Durable Object Worker's index from its lock objects "
+            "(after changing TSLOCK_INDEX_SHARDS).",
+        )
+        reindex.add_argument("--provider", help="Only this provider alias (a Durable Object provider).")
+        reindex.add_argument(
+            "--batch-size",
+            type=int,
+            default=25,
+            help="Lock objects per request to the Worker, 1 to 500 (default 25).",
+        )
+
         worker = sub.add_parser(
             "worker",
             help="Write the Cloudflare Worker bundle for the Durable Object provider.",
@@ -459,6 +472,41 @@ class Command(BaseCommand):
             if seconds and seconds % size == 0:
                 return f"{seconds // size}{unit}"
         return f"{duration.total_seconds():g}s"
+
+    # -- reindex ------------------------------------------------------------------------
+
+    def handle_reindex(self, *, provider: str | None, batch_size: int, **_: Any) -> None:
+        # Only the Durable Object Worker keeps an index apart from the locks themselves.
+        found = []
+        for alias in self._aliases(provider):
+            store = self._provider(alias)
+            if callable(getattr(store, "reindex", None)):
+                found.append((alias, store))
+            elif provider is not None:
+                raise CommandError(
+                    f"{alias}: nothing to rebuild: only a Durable Object provider keeps a separate index"
+                )
+        if not found:
+            self.stdout.write("nothing to rebuild: no Durable Object provider is configured")
+            return
+        failures = 0
+        for alias, store in found:
+
+            def report(resent: int, last: str | None, alias: str = alias) -> None:
+                where = f" (through {printable(last)})" if last is not None else ""
+                self.stdout.write(f"{alias}: {resent} lock object(s) re-sent{where}")
+
+            try:
+                total = store.reindex(batch_size=batch_size, progress=report)  # type: ignore[attr-defined]
+            except ValueError as err:
+                raise CommandError(str(err)) from err
+            except LockProviderError as err:
+                failures += 1
+                self.stderr.write(f"{alias}: rebuild failed: {err}")
+                continue
+            self.stdout.write(f"{alias}: index rebuilt from {total} lock object(s)")
+        if failures:
+            raise CommandError(f"{failures} provider(s) could not rebuild their index", returncode=1)
 
     def handle_runtime(self, **options: Any) -> None:
         _runtime.handle(self, **options)

@@ -117,8 +117,12 @@ whose index is the 1-shard layout: use "1" as the old value):
    Lock objects now report to both layouts; listings still read the old, complete one.
 
 2. Rebuild the new layout: each call re-sends a batch of lock objects' current records
-   (the names either layout lists); repeat with `after` set to the answer's `next`
-   until `next` is null. Safe to repeat or restart.
+   (the names either layout lists). From the Django project:
+
+       python manage.py tslock reindex --provider ALIAS [--batch-size 25]
+
+   or by hand, repeating with `after` set to the answer's `next` until `next` is null.
+   Safe to repeat or restart.
 
        curl -X POST https://{worker_name}.<your-subdomain>.workers.dev/v1/reindex \
             -H "Authorization: Bearer $TSLOCK_DO_TOKEN" -d '{{"after": null, "limit": 25}}'

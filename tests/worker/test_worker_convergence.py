@@ -124,10 +124,12 @@ def test_a_released_lock_leaves_the_listing_after_a_lost_report(api: httpx.Clien
 # -- 16 clients churning the same names, on a sharded index --------------------------------
 
 
-@pytest.fixture(scope="module")
-def sharded() -> Iterator[LocalWorker]:
+@pytest.fixture(scope="module", params=["0", "1000"], ids=["reports-at-once", "report-delay-1s"])
+def sharded(request: pytest.FixtureRequest) -> Iterator[LocalWorker]:
+    # Both ways a deployment reports: at once, and after the exported wrangler.jsonc's delay.
     require_node()
-    with LocalWorker(variables={"TSLOCK_INDEX_SHARDS": "4"}) as worker:
+    variables = {"TSLOCK_INDEX_SHARDS": "4", "TSLOCK_REPORT_DELAY_MS": request.param}
+    with LocalWorker(variables=variables) as worker:
         yield worker
 
 

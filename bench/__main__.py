@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         report["startup"] = {
             "import_tslock_django": startup.import_time(runs),
             "command": startup.command_startup(runs),
+            "checks": startup.checks_time(runs),
             "httpx_imported": startup.httpx_imported(),
             "redis_imported": startup.redis_imported(),
         }
@@ -178,6 +179,11 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
             "value": httpx,
             "met": not httpx["database provider only"] and httpx["with a cloudflare-do provider"],
         }
+    checks = report.get("startup", {}).get("checks")
+    if checks:
+        found["tslock's system checks add under 1 ms to a command's start (database provider)"] = _target(
+            checks["database provider only"]["median_ms"], 1.0, "<="
+        )
     if "redis_imported" in report.get("startup", {}):
         imported = report["startup"]["redis_imported"]
         found["redis-py not imported without a Redis provider"] = {"value": imported, "met": not imported}
@@ -276,6 +282,11 @@ def render(report: dict[str, Any]) -> str:
             f"{cmd['decorated_over_plain']:.2f}x)",
             f"httpx imported: {start['httpx_imported']}",
         ]
+        if "checks" in start:
+            lines.append(
+                "tslock's system checks at a command's start: "
+                + ", ".join(f"{k} {v['median_ms']:.2f} ms" for k, v in start["checks"].items())
+            )
         if "redis_imported" in start:
             lines.append(f"redis-py imported with the database provider only: {start['redis_imported']}")
     if report["targets"]:

@@ -3,6 +3,7 @@ undecorated one (real ``python -m django`` processes, alternating)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import statistics
@@ -149,3 +150,73 @@ def command_startup(repeats: int) -> dict[str, Any]:
         summary["bench_locked"]["median_ms"] / summary["bench_plain"]["median_ms"]
     )
     return summary
+
+
+#: Every kind of store beside the database: what a project using all of them configures.
+_EVERY_KIND = {
+    "default": {"BACKEND": "tslock_django.providers.database.DatabaseLockProvider"},
+    "edge": {
+        "BACKEND": "tslock_django.providers.cloudflare_do.DurableObjectLockProvider",
+        "OPTIONS": {"url": "https://locks.example.com", "token": "t" * 32},
+    },
+    "kv": {
+        "BACKEND": "tslock_django.providers.cloudflare_kv.KVLockProvider",
+        "OPTIONS": {
+            "account_id": "a" * 32,
+            "namespace_id": "b" * 32,
+            "api_token": "c" * 40,
+            "acknowledge_advisory_lock": True,
+        },
+    },
+    "redis": {
+        "BACKEND": "tslock_django.providers.redis.RedisLockProvider",
+        "OPTIONS": {"url": "redis://127.0.0.1:6379/0"},
+    },
+}
+
+# Runs in a fresh process: Django set up as a command start does, then tslock's checks
+# that every command start runs (not the deploy or database ones), timed alone.
+_CHECKS_PROBE = """
+import json, sys, time, django
+from django.conf import settings
+django.setup()
+if sys.argv[1] != "-":
+    settings.TSLOCK_PROVIDERS = json.loads(sys.argv[1])
+from django.core.checks.registry import registry
+ours = [c for c in registry.get_checks(include_deployment_checks=False)
+        if c.__module__ == "tslock_django.checks" and "database" not in getattr(c, "tags", ())]
+started = time.perf_counter()
+found = [m for check in ours for m in check(app_configs=None, databases=None)]
+elapsed = time.perf_counter() - started
+assert not found, found
+print(json.dumps({"ms": elapsed * 1000, "checks": len(ours)}))
+"""
+
+
+def checks_time(repeats: int) -> dict[str, Any]:
+    """Milliseconds that tslock's system checks add to a command's start (in a fresh
+    process each time, bytecode cached), with the database provider only and with every
+    kind of store configured; the median of ``repeats`` processes each."""
+    found: dict[str, Any] = {}
+    for label, providers in (("database provider only", None), ("every kind of store", _EVERY_KIND)):
+        argument = "-" if providers is None else json.dumps(providers)
+        env = {k: v for k, v in _env().items() if k != "PYTHONDONTWRITEBYTECODE"}
+        values = []
+        for _ in range(repeats + 1):
+            done = subprocess.run(
+                [sys.executable, "-c", _CHECKS_PROBE, argument],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            values.append(json.loads(done.stdout.strip().splitlines()[-1])["ms"])
+        values = values[1:]  # the first run may have written the bytecode cache
+        found[label] = {
+            "median_ms": statistics.median(values),
+            "p10_ms": percentile(values, 0.1),
+            "p90_ms": percentile(values, 0.9),
+            "runs": len(values),
+        }
+    return found

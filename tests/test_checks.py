@@ -193,3 +193,25 @@ def test_the_acknowledgement_reads_like_the_option(flag: object) -> None:
     }
     with override_settings(TSLOCK_PROVIDERS={"default": {"BACKEND": DB}, "kv": kv}):
         assert check_providers() == []
+
+
+def test_a_command_start_does_not_import_django_test_because_of_tslock() -> None:
+    """django.test (where Django's setting_changed signal lives) costs a command's start
+    more than all of tslock; providers notice replaced settings on lookup instead."""
+    root = Path(__file__).resolve().parent.parent
+    script = (
+        "import sys\n"
+        "from django.core.management import execute_from_command_line\n"
+        "execute_from_command_line(['manage.py', 'check'])\n"
+        "print('IMPORTED', sorted(m for m in ('django.test', 'django.test.signals') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=root,
+        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "IMPORTED []"

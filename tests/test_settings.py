@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
@@ -36,7 +38,17 @@ def test_instances_are_cached_and_reset_by_override_settings() -> None:
         assert providers.all() == [inside]
         assert "default" in providers and "nope" not in providers
     assert isinstance(providers["default"], DatabaseLockProvider)
-    assert providers["default"] is not first, "the cache should have been dropped on setting_changed"
+    assert providers["default"] is not first, "the cache should have been dropped when the setting changed"
+
+
+# Django warns about overriding DATABASES in tests; here that is the point.
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_replacing_databases_rebuilds_the_providers(settings: Any) -> None:
+    first = providers["default"]
+    settings.DATABASES = {**settings.DATABASES}
+    assert providers["default"] is not first
+    again = providers["default"]
+    assert providers["default"] is again, "unchanged settings keep the instance"
 
 
 def test_configuration_errors_are_not_runtime_errors() -> None:

@@ -7,9 +7,4 @@ class TslockConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import (
-            checks,  # noqa: F401  (registers the system checks)
-            conf,
-        )
-
-        conf.connect_signals()
+        from . import checks  # noqa: F401  (registers the system checks)

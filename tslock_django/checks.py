@@ -15,6 +15,7 @@ table check runs only with ``check --database``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -135,10 +136,12 @@ def check_database_table(app_configs: Any = None, databases: Any = None, **kwarg
 def check_keep_alive(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Decorated commands already loaded in this process (the running one among them)
     that ask for keep-alive on a store that cannot extend fast enough. Imports nothing:
-    this runs at the start of every management command."""
-    from .decorators import DECORATED
-
-    return _keep_alive_errors((_command_name(cls), cls) for cls in list(DECORATED))
+    this runs at the start of every management command, and a command that is not
+    decorated has not imported the decorator module, so there is nothing to look at."""
+    decorators = sys.modules.get("tslock_django.decorators")
+    if decorators is None:
+        return []
+    return _keep_alive_errors((_command_name(cls), cls) for cls in list(decorators.DECORATED))
 
 
 @register(deploy=True)

@@ -1,8 +1,12 @@
 """Settings: the handler over ``TSLOCK_PROVIDERS`` (used as ``tslock_django.providers``)
 and the provider URL form.
 
-Settings are read lazily (on first use of an alias), never at import, and the cache is
-dropped on ``setting_changed`` so ``override_settings`` works in tests.
+Settings are read lazily (on first use of an alias), never at import, and the built
+providers are dropped when ``TSLOCK_PROVIDERS`` or ``DATABASES`` is replaced (as
+``override_settings`` and pytest-django's ``settings`` fixture do), so tests can change
+them. That is noticed on the next lookup, not through Django's ``setting_changed``
+signal: the signal lives in ``django.test``, whose import would cost every command's
+start more than all of tslock does.
 """
 
 from __future__ import annotations
@@ -106,8 +110,17 @@ class ProviderHandler:
     def __init__(self) -> None:
         self._instances: dict[str, LockProvider] = {}
         self._mutex = threading.Lock()
+        # The settings objects the instances were built from (held, so that "is" cannot
+        # be fooled by a new object at a freed one's address).
+        self._built_from: tuple[Any, Any] | None = None
 
     def __getitem__(self, alias: str) -> LockProvider:
+        current = (getattr(settings, SETTING, None), getattr(settings, "DATABASES", None))
+        built_from = self._built_from
+        if built_from is None or current[0] is not built_from[0] or current[1] is not built_from[1]:
+            if built_from is not None:
+                self.reset()
+            self._built_from = current
         instance = self._instances.get(alias)
         if instance is not None:
             return instance
@@ -175,17 +188,6 @@ class ProviderHandler:
 
 #: The single handler; use it through ``tslock_django.providers``.
 providers = ProviderHandler()
-
-
-def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting in (SETTING, "DATABASES"):
-        providers.reset()
-
-
-def connect_signals() -> None:
-    from django.test.signals import setting_changed
-
-    setting_changed.connect(_on_setting_changed, dispatch_uid="tslock_django.conf.reset")
 
 
 # -- the URL form -------------------------------------------------------------------

@@ -485,3 +485,29 @@ def test_runtime_says_where_the_local_workers_runtime_is() -> None:
 def test_runtime_install_and_remove_exclude_each_other() -> None:
     with pytest.raises(CommandError, match="not allowed with argument --install"):
         run("runtime", "--install", "--remove")
+
+
+def test_django_options_may_follow_the_subcommand(tmp_path: Any) -> None:
+    # As after any other command: argparse used to refuse them after "list", "check" ...
+    root = Path(__file__).resolve().parent.parent
+    env = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "tslock",
+            "worker",
+            "--output",
+            str(tmp_path / "w"),
+            "--settings=no_such_settings",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "unrecognized arguments" not in done.stderr
+    assert "No module named 'no_such_settings'" in done.stderr, "--settings after the subcommand is honoured"
+    out, _ = run("worker", "--output", str(tmp_path / "v"), "-v", "2", "--no-color", "--traceback")
+    assert (tmp_path / "v" / "index.js").is_file(), out

@@ -90,6 +90,11 @@ def rest_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=5)
+        # The reader ends at the pipe's end of file; then the pipe can be closed without
+        # a ResourceWarning.
+        reader.join(timeout=5)
+        assert process.stdout is not None
+        process.stdout.close()
 
 
 @pytest.fixture
@@ -161,15 +166,19 @@ def test_wrong_namespace_and_token_on_real_kv(rest_url: str) -> None:
     wrong_ns = KVRestNamespace(
         account_id=ACCOUNT_ID, namespace_id="nope", api_token=API_TOKEN, base_url=rest_url, alias="e2e"
     )
-    with pytest.raises(LockProviderError, match="10013") as caught:
-        wrong_ns.get("tslock:x")
-    assert caught.value.status_code == 404 and API_TOKEN not in str(caught.value)
     wrong_token = KVRestNamespace(
         account_id=ACCOUNT_ID, namespace_id=NAMESPACE_ID, api_token="bad", base_url=rest_url, alias="e2e"
     )
-    with pytest.raises(LockProviderError) as refused:
-        wrong_token.get("tslock:x")
-    assert refused.value.status_code == 401
+    try:
+        with pytest.raises(LockProviderError, match="10013") as caught:
+            wrong_ns.get("tslock:x")
+        assert caught.value.status_code == 404 and API_TOKEN not in str(caught.value)
+        with pytest.raises(LockProviderError) as refused:
+            wrong_token.get("tslock:x")
+        assert refused.value.status_code == 401
+    finally:
+        wrong_ns.close()
+        wrong_token.close()
     with httpx.Client() as client:  # the worker is a real HTTP server
         assert client.get(rest_url + "/nothing").status_code == 404
 

@@ -164,6 +164,20 @@ def _local(value: Any, zone: tzinfo) -> str:
     return "-"
 
 
+def _accept_django_options(parser: argparse.ArgumentParser) -> None:
+    """Let Django's own options (``--settings``, ``-v`` ...) follow the subcommand too, as
+    they may after any other command: Django reads ``--settings`` and ``--pythonpath``
+    wherever they are, but argparse refuses what a subcommand does not declare. Given
+    here, they take effect as if given before the subcommand; not given, they leave the
+    values from before it alone (SUPPRESS)."""
+    hidden = argparse.SUPPRESS
+    parser.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], default=hidden, help=hidden)
+    parser.add_argument("--settings", default=hidden, help=hidden)
+    parser.add_argument("--pythonpath", default=hidden, help=hidden)
+    for flag in ("--traceback", "--no-color", "--force-color", "--skip-checks"):
+        parser.add_argument(flag, action="store_true", default=hidden, help=hidden)
+
+
 class Command(BaseCommand):
     help = "List, check and force-release tslock locks in every configured provider."
 
@@ -172,7 +186,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
-            dest="subcommand", metavar="{list,release,check,purge,worker,runtime}", required=True
+            dest="subcommand", metavar="{list,release,check,purge,reindex,worker,runtime}", required=True
         )
         # CommandParser.add_subparsers passes called_from_command_line on, so a usage error
         # in a subcommand is a CommandError under call_command and a usage line in a shell.
@@ -265,6 +279,8 @@ class Command(BaseCommand):
         )
 
         _runtime.add_arguments(sub.add_parser("runtime", help=_runtime.HELP))
+        for subparser in sub.choices.values():
+            _accept_django_options(subparser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdin: TextIO = options.get("stdin") or sys.stdin

@@ -27,7 +27,7 @@ from tslock_django.admin.rows import make_row
 from tslock_django.conf import providers
 from tslock_django.core import decode
 from tslock_django.core.query import LockQuery
-from tslock_django.core.records import LockRecord
+from tslock_django.core.records import LockRecord, UnreadableRecord
 from tslock_django.core.secrets import MASK, scrub, secret_forms
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
@@ -465,9 +465,7 @@ def test_tslock_list_shows_the_unreadable_row_and_every_other_provider(settings:
     assert set(by_name) == {"bad", "good", "in-memory"}
     assert " unknown " in by_name["bad"] and "unreadable: key 'tslock:bad'" in by_name["bad"]
     assert " held " in by_name["good"] and " held " in by_name["in-memory"]
-    row = make_row(
-        "kv", "advisory", LockRecord.unreadable_row("bad", "kv", "why"), datetime.now(tz=timezone.utc)
-    )
+    row = make_row("kv", "advisory", UnreadableRecord("bad", "kv", "why"), datetime.now(tz=timezone.utc))
     assert row.state == "unknown" and row.record.locked_by == "unreadable: why"  # the admin's row
 
 

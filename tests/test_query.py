@@ -271,9 +271,9 @@ def test_memory_purge_keeps_current_locks_and_the_fencing_counter(
 def test_an_unreadable_record_matches_every_state_but_not_other_names() -> None:
     from datetime import datetime, timezone
 
-    from tslock_django.core.records import LockRecord
+    from tslock_django.core.records import UnreadableRecord
 
-    row = LockRecord.unreadable_row("job-x", "kv", "not JSON")
+    row = UnreadableRecord("job-x", "kv", "not JSON")
     now = datetime.now(timezone.utc)
     for states in ({"held"}, {"at_least"}, {"expired"}):
         assert LockQuery(states=states).matches(row, now)

@@ -53,14 +53,26 @@ local function encode(u, r, l, a, f, t, n_json, b_json)
   return '{"u":"' .. u .. '","r":' .. r .. ',"l":"' .. l .. '","a":"' .. a .. '","f":"' .. f ..
     '","t":"' .. t .. '","n":' .. n_json .. ',"b":' .. b_json .. '}'
 end
--- u, r (a number), l, a, f, t; an error for a value tslock did not write. A script that
--- changes u, r or l keeps the rest of the string as it is: u and r end at #u + 13,
--- l at #u + #l + 20. (cjson.decode is cheaper here than one string.match.)
-local function decode(raw)
+-- The record in raw, or nil for a value tslock did not write (not JSON, a field
+-- missing or of another type, a time or token that is not a number).
+local function readable(raw)
   local ok, rec = pcall(cjson.decode, raw)
-  if not ok or type(rec) ~= 'table' or type(rec.u) ~= 'string'
-      or string.sub(raw, #rec.u + 7, #rec.u + 12) ~= '","r":' then
-    error('tslock: a record in ' .. KEYS[1] .. ' was not written by tslock')
+  if not ok or type(rec) ~= 'table' or type(rec.u) ~= 'string' or type(rec.l) ~= 'string'
+      or type(rec.a) ~= 'string' or type(rec.f) ~= 'string' or type(rec.t) ~= 'string'
+      or type(rec.b) ~= 'string' or not (rec.r == 0 or rec.r == 1 or rec.r == 2)
+      or not tonumber(rec.u) or not tonumber(rec.l) or not tonumber(rec.f) then
+    return nil
+  end
+  return rec
+end
+-- u, r (a number), l, a, f, t; an error for a value tslock did not write (the caller
+-- names the lock). A script that changes u, r or l keeps the rest of the string as it
+-- is: u and r end at #u + 13, l at #u + #l + 20. (cjson.decode is cheaper here than
+-- one string.match.)
+local function decode(raw)
+  local rec = readable(raw)
+  if not rec or string.sub(raw, #rec.u + 7, #rec.u + 12) ~= '","r":' then
+    error('tslock: the record is not one tslock wrote')
   end
   return rec.u, rec.r, rec.l, rec.a, rec.f, rec.t
 end
@@ -189,15 +201,18 @@ QUERY = (
 --       3 lower bound, 4 upper bound (ZRANGEBYLEX syntax for 'name'; unused otherwise),
 --       5 after key (us, time orders; '' for none), 6 after name, 7 prefix,
 --       8 search (ASCII-folded; '' for none), 9 states ('held,at_least,expired' as
---       three '1'/'0'), 10 limit, 11 budget
--- Returns {status, resume key, resume name, total, record...}: status 0 = the range
--- ended, 1 = more records, 2 = the budget ran out first (resume from the resume key
--- and name: the last index entry read); total = -1 when not cheap to count.
+--       three '1'/'0'), 10 limit, 11 budget, 12 the largest record sent back (bytes)
+-- Returns {status, resume key, resume name, total, (name, key, record)...}: status 0 =
+-- the range ended, 1 = more records, 2 = the budget ran out first (resume from the
+-- resume key and name: the last index entry read); total = -1 when not cheap to
+-- count. Each record comes with its index entry (name, and score or name: its place
+-- in the walk). A value tslock did not write comes whatever states were asked for,
+-- so the reader shows it as unreadable; one over ARGV 12 bytes comes as its length.
 local order, descending = ARGV[1], ARGV[2] == '1'
 local prefix, search = ARGV[7], ARGV[8]
 local want_held, want_at_least, want_expired =
   string.sub(ARGV[9], 1, 1) == '1', string.sub(ARGV[9], 2, 2) == '1', string.sub(ARGV[9], 3, 3) == '1'
-local limit, budget = tonumber(ARGV[10]), tonumber(ARGV[11])
+local limit, budget, max_bytes = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local now = now_us()
 
 local LOWER = {}
@@ -269,7 +284,7 @@ while true do
   local step = time_order and 2 or 1
   local n = #entries / step
   offset = offset + n
-  local names = {}
+  local names, keys = {}, {}
   for i = 1, #entries, step do
     local name, score = entries[i], entries[i + 1]
     examined = examined + 1
@@ -279,15 +294,21 @@ while true do
       -- Same score as the cursor's record: only names past it in the walk's direction.
       if descending then skip = not before(name, after_name) else skip = not before(after_name, name) end
     end
-    if not skip and wanted_name(name) then names[#names + 1] = name end
+    if not skip and wanted_name(name) then
+      names[#names + 1] = name
+      keys[#keys + 1] = score or name
+    end
   end
   if #names > 0 then
     local raws = redis.call('HMGET', KEYS[1], unpack(names))
     for i = 1, #raws do
       local raw = raws[i]
-      if raw and wanted_record(cjson.decode(raw)) then
-        found[#found + 1] = raw
-        if #found > limit then break end
+      if raw then
+        local rec = #raw <= max_bytes and readable(raw)
+        if not rec or wanted_record(rec) then
+          found[#found + 1] = {names[i], keys[i], (rec or #raw <= max_bytes) and raw or #raw}
+          if #found > limit then break end
+        end
       end
     end
   end
@@ -308,7 +329,9 @@ if #prefix == 0 and #search == 0 then
   end
 end
 local reply = {status, resume_key, resume_name, total}
-for i = 1, math.min(#found, limit + 1) do reply[#reply + 1] = found[i] end
+for i = 1, math.min(#found, limit + 1) do
+  for j = 1, 3 do reply[#reply + 1] = found[i][j] end
+end
 return reply
 """
 )

@@ -276,9 +276,9 @@ class RedisLockProvider(LockProvider):
             # A script met a value under this lock's name that is not a record (see
             # readable() in redis_scripts): nobody can be said to hold it or not.
             return (
-                f"Redis holds a value for this lock in {self._records!r} that tslock did not write, so "
-                "whether it is held cannot be told and nothing was changed; delete that field of the "
-                "hash (HDEL) or use another key_prefix"
+                f"Redis holds a value for this lock in {self._records!r} that was written by something "
+                "else (not a tslock record), so whether it is held cannot be told and nothing was "
+                "changed; delete that field of the hash (HDEL) or use another key_prefix"
             )
         if "Error compiling script" in detail:
             # Redis before 7 cannot read the scripts' "#!lua" first line.
@@ -386,8 +386,12 @@ class RedisLockProvider(LockProvider):
             stored_name, locked_by, token, state = data["n"], data["b"], data["t"], data["r"]
         except KeyError as err:
             raise decode.Unreadable(f"the field {err.args[0]!r} is missing") from None
-        if not all(isinstance(n, str) and n.isdigit() and n.isascii() for n in numbers):
+        if not all(isinstance(n, str) and n.isascii() and n.isdigit() for n in numbers):
             raise decode.Unreadable("a time or the fencing token is not a string of digits")
+        if max(len(n) for n in numbers) > decode.MAX_NUMBER_CHARS:
+            raise decode.Unreadable(
+                f"a time or the fencing token has more than {decode.MAX_NUMBER_CHARS} digits"
+            )
         lock_until, locked_at, fencing = (int(n) for n in numbers)
         texts_ok = isinstance(stored_name, str) and isinstance(locked_by, str) and isinstance(token, str)
         if not texts_ok or isinstance(state, bool) or state not in (0, 1, 2):

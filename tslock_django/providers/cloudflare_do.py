@@ -159,8 +159,10 @@ class DurableObjectLockProvider(LockProvider):
         *,
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
+        mark_bad_numbers: bool = False,
     ) -> dict[str, Any]:
-        """One request; the parsed JSON object of a 2xx answer, else ``LockProviderError``."""
+        """One request; the parsed JSON object of a 2xx answer, else ``LockProviderError``
+        (``mark_bad_numbers``: see :func:`~tslock_django.providers.http.parse_json`)."""
         # What an echo of this request could give away: the Worker's bearer token and the
         # lock token the body carries (unlock, extend, force-release by token).
         secrets = [str(self.options["token"])]
@@ -170,7 +172,7 @@ class DurableObjectLockProvider(LockProvider):
             response = self._http().request(method, path, json=body, params=params)
         if not response.is_success:
             raise error_for_status(self.alias, what, response, self._error_detail(response), secrets)
-        data = json_body(self.alias, what, response)
+        data = json_body(self.alias, what, response, mark_bad_numbers=mark_bad_numbers)
         if not isinstance(data, dict):
             raise self._malformed(what, "the answer is not a JSON object", response.status_code)
         return data
@@ -244,8 +246,12 @@ class DurableObjectLockProvider(LockProvider):
             problems.append(f"name (longer than {self.max_key_bytes} UTF-8 bytes)")
         if problems:
             whose = f"record {decode.shown(name, 200)!r}" if isinstance(name, str) else "record"
+            numbers = [
+                f"{key} holds {value}" for key, value in data.items() if isinstance(value, decode.BadNumber)
+            ]
             raise Unreadable(
                 f"{whose} field(s) {', '.join(problems)} missing, of the wrong type or out of range"
+                + "".join(f"; {decode.shown(str(n), 100)}" for n in numbers[:3])
             )
         prefix = str(self.options["key_prefix"])
         key: str = data["name"]
@@ -377,7 +383,8 @@ class DurableObjectLockProvider(LockProvider):
         mark = None if after is None else query.keyset(after)
         if mark is not None:
             params.update(self._worker_position(query, mark))
-        data = self._call(what, "GET", "/v1/locks", params=params)
+        # A number no field can hold makes its record unreadable, not the whole page.
+        data = self._call(what, "GET", "/v1/locks", params=params, mark_bad_numbers=True)
         page = data.get("locks")
         if not isinstance(page, list):
             raise self._malformed(what, "'locks' is missing or not a list")

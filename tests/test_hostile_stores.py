@@ -715,3 +715,24 @@ def test_do_acquire_answering_a_garbage_record_is_a_store_error_never_held(answe
     ):
         do_provider(url).attempt(config("job"))
     assert caught.value.alias == "hostile-do" and len(str(caught.value)) < 1000
+
+
+def test_do_listing_records_echoing_the_bearer_token_do_not_show_it() -> None:
+    echoed = "Bearer " + json.dumps(TOKEN)[1:-1]
+    entries = [
+        ("a-good", NOW_MS + 1, do_entry("a-good", NOW_MS + 1, locked_by="host " + TOKEN)),
+        (echoed, NOW_MS + 2, do_entry(echoed, NOW_MS + 2)),
+        (TOKEN, NOW_MS + 3, do_entry(TOKEN, NOW_MS + 3, fencing_token="x")),
+        ("d-bad", NOW_MS + 4, {**do_entry("d-bad", NOW_MS + 4, fencing_token=None), TOKEN: 1e999}),
+        ("e-good", NOW_MS + 5, do_entry("e-good", NOW_MS + 5)),
+    ]
+    with raw_server(do_listing(entries)) as url:
+        rows = [r for page in do_provider(url).pages(LockQuery(limit=2)) for r in page.records]
+    shown = repr([(r.name, r.locked_by) for r in rows])
+    assert not leaked(shown), shown
+    assert [r.name for r in rows if isinstance(r, LockRecord)] == ["a-good", "e-good"]
+    assert next(r for r in rows if r.name == "a-good").locked_by == f"host {MASK}"
+    # Named after the token: placed by the name, shown without it.
+    assert sum(1 for r in rows if isinstance(r, UnreadableRecord) and not r.name) == 2
+    bad = next(r for r in rows if r.name == "d-bad")
+    assert isinstance(bad, UnreadableRecord) and f"{MASK} holds Infinity" in bad.reason

@@ -24,7 +24,7 @@ from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord
-from ..core.secrets import scrub
+from ..core.secrets import scrub, secret_forms
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
 from .http import (
@@ -90,6 +90,9 @@ class DurableObjectLockProvider(LockProvider):
             timeout=float(self.options["timeout"]),
             transport=transport,
         )
+        # Every form the bearer token can take in an echo, longest first: looked for in
+        # each listed record (a Worker that echoes the request may put it anywhere).
+        self._token_forms = sorted(secret_forms(str(self.options["token"])), key=len, reverse=True)
 
     # -- options -------------------------------------------------------------------
 
@@ -198,6 +201,9 @@ class DurableObjectLockProvider(LockProvider):
             status_code=status,
         )
 
+    def _echoes_token(self, text: str) -> bool:
+        return any(form in text for form in self._token_forms)
+
     def _flag(self, data: dict[str, Any], key: str, what: str) -> bool:
         value = data.get(key)
         if not isinstance(value, bool):
@@ -245,7 +251,10 @@ class DurableObjectLockProvider(LockProvider):
         if isinstance(name, str) and len(name.encode("utf-8", "surrogatepass")) > self.max_key_bytes:
             problems.append(f"name (longer than {self.max_key_bytes} UTF-8 bytes)")
         if problems:
-            whose = f"record {decode.shown(name, 200)!r}" if isinstance(name, str) else "record"
+            shown_name = (
+                decode.shown(scrub(name, [str(self.options["token"])]), 200) if isinstance(name, str) else ""
+            )
+            whose = f"record {shown_name!r}" if isinstance(name, str) else "record"
             numbers = [
                 f"{key} holds {value}" for key, value in data.items() if isinstance(value, decode.BadNumber)
             ]
@@ -257,12 +266,16 @@ class DurableObjectLockProvider(LockProvider):
         key: str = data["name"]
         if not key.startswith(prefix):
             raise Unreadable("the record's name is outside this provider's key_prefix")
+        locked_by: str = data["locked_by"]
+        if self._echoes_token(locked_by):
+            locked_by = scrub(locked_by, [str(self.options["token"])])
         record = LockRecord(
             name=key[len(prefix) :],
             lock_until=from_epoch_ms(data["lock_until_ms"]),
             locked_at=from_epoch_ms(data["locked_at_ms"]),
-            # Cut for display: the Worker keeps 255, but the answer is not ours to trust.
-            locked_by=decode.shown(data["locked_by"]),
+            # Cut for display, without the token: the Worker keeps 255 characters of
+            # what it was sent, but the answer is not ours to trust.
+            locked_by=decode.shown(locked_by),
             token=token if with_token else "",
             fencing_token=data["fencing_token"],
             provider=self.alias,
@@ -289,17 +302,22 @@ class DurableObjectLockProvider(LockProvider):
             and len(name.encode("utf-8", "surrogatepass")) <= self.max_key_bytes
         ):
             listed = name[len(prefix) :]
+        # The problem may quote field names of the answer: an echo may have put the token there.
+        problem = scrub(problem, [str(self.options["token"])])
         row = UnreadableRecord(
             listed, self.alias, f"the Worker answered a record that cannot be read ({problem})"
         )
-        if not listed or not query.matches(row, now):
-            return row, None
-        if query.order == "name":
-            return row, (listed, listed)
-        moment = item.get(f"{query.order}_ms")
-        if isinstance(moment, int) and not isinstance(moment, bool) and epoch_ms_in_range(moment):
-            return row, (moment * 1000, listed)
-        return row, None
+        place: tuple[int | str, str] | None = None
+        if listed and query.matches(row, now):
+            moment = listed if query.order == "name" else item.get(f"{query.order}_ms")
+            if isinstance(moment, str):
+                place = (moment, listed)
+            elif isinstance(moment, int) and not isinstance(moment, bool) and epoch_ms_in_range(moment):
+                place = (moment * 1000, listed)
+        if self._echoes_token(listed):
+            # Placed by its name, shown without it.
+            row = UnreadableRecord("", self.alias, row.reason)
+        return row, place
 
     @staticmethod
     def _durations(config: LockConfiguration) -> dict[str, int]:
@@ -421,6 +439,14 @@ class DurableObjectLockProvider(LockProvider):
                         "(prefix, search or state)",
                     )
                 place = query.sort_key(record)
+                if self._echoes_token(record.name):
+                    # An echo of the request: placed by its name, shown without it.
+                    record = UnreadableRecord(
+                        "",
+                        self.alias,
+                        "the Worker answered a record whose name holds the Worker's bearer token (it "
+                        "echoes requests back); it is not shown",
+                    )
             if place is not None:
                 if previous is not None and not query.after(place, previous):
                     raise self._malformed(

@@ -555,7 +555,12 @@ class LockProvider(ABC):
         strictly after keyset ``after`` (``query.keyset(after)``; ``None`` for the
         start), at most ``query.limit`` of them, and ``more`` when there are others.
         Stores that do not page by keyset return ``positions`` (and maybe ``resume``)
-        and get them back as ``after``."""
+        and get them back as ``after``.
+
+        A stored value that is not a record is an ``UnreadableRecord`` in the page
+        (whatever states are asked for, when its name matches), never an exception
+        for the whole page; its place is where the store's walk found it, given in
+        ``positions`` when ``query.sort_key`` cannot know it (a time order)."""
 
     def handle(
         self,

@@ -213,6 +213,8 @@ class DurableObjectLockProvider(LockProvider):
     def _record(self, data: Any, what: str, *, with_token: bool = False) -> tuple[LockRecord, datetime]:
         """A ``LockRecord`` (name without the key prefix) and its at-least deadline;
         ``LockProviderError`` when the Worker's record cannot be read."""
+        if not isinstance(data, dict):
+            raise self._malformed(what, "'record' is missing or not an object")
         try:
             return self._read_record(data, with_token=with_token)
         except Unreadable as err:

@@ -13,11 +13,12 @@ import json
 import re
 import socket
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -27,7 +28,7 @@ from tslock_django.admin.rows import make_row
 from tslock_django.conf import providers
 from tslock_django.core import decode
 from tslock_django.core.query import LockQuery
-from tslock_django.core.records import LockRecord
+from tslock_django.core.records import LockRecord, UnreadableRecord
 from tslock_django.core.secrets import MASK, scrub, secret_forms
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
@@ -465,9 +466,7 @@ def test_tslock_list_shows_the_unreadable_row_and_every_other_provider(settings:
     assert set(by_name) == {"bad", "good", "in-memory"}
     assert " unknown " in by_name["bad"] and "unreadable: key 'tslock:bad'" in by_name["bad"]
     assert " held " in by_name["good"] and " held " in by_name["in-memory"]
-    row = make_row(
-        "kv", "advisory", LockRecord.unreadable_row("bad", "kv", "why"), datetime.now(tz=timezone.utc)
-    )
+    row = make_row("kv", "advisory", UnreadableRecord("bad", "kv", "why"), datetime.now(tz=timezone.utc))
     assert row.state == "unknown" and row.record.locked_by == "unreadable: why"  # the admin's row
 
 
@@ -541,3 +540,199 @@ def test_a_huge_holder_from_a_worker_is_cut_for_display() -> None:
         holder = do_provider(url).attempt(config()).holder
     assert isinstance(holder, LockRecord)
     assert holder.locked_by.startswith("hhhh") and holder.locked_by.endswith("(997,952 more characters)")
+
+
+# -- Durable Object listing pages holding records that are not ours ---------------------------
+
+
+NOW_MS = 1_800_000_000_000
+
+
+def do_entry(lock: str, until_ms: int, **changes: object) -> dict[str, object]:
+    """A good record of the Worker's listing, with ``changes`` (``None`` removes a field)."""
+    record = _do_record(lock, "")
+    del record["token"]
+    record.update(lock_until_ms=until_ms, at_least_until_ms=NOW_MS - 1)
+    record.update(changes)
+    return {k: v for k, v in record.items() if v is not None}
+
+
+def do_listing(entries: list[tuple[str, int, Any]]) -> Callable[[Request], bytes]:
+    """A Worker answering ``GET /v1/locks`` over ``entries`` (its sort name, its sort
+    time in ms, the record it sends: a JSON value, or raw JSON bytes for what Python
+    cannot write), in name or lock_until order, either way, from after_key/after_name.
+    Records are sent as they are: this Worker does not check them."""
+
+    def answer(request: Request) -> bytes:
+        params = dict(parse_qsl(urlsplit(request.target).query, keep_blank_values=True))
+        by_name = params["order"] == "name"
+        descending, limit = params["desc"] == "1", int(params["limit"])
+
+        def key(entry: tuple[str, int, Any]) -> tuple[Any, str]:
+            return (entry[0], entry[0]) if by_name else (entry[1], entry[0])
+
+        ordered = sorted(entries, key=key, reverse=descending)
+        if "after_name" in params:
+            after = params["after_key"] if by_name else int(params["after_key"])
+            mark = (after, params["after_name"])
+            ordered = [e for e in ordered if (key(e) < mark if descending else key(e) > mark)]
+        page = [e[2] if isinstance(e[2], bytes) else json.dumps(e[2]).encode() for e in ordered[:limit]]
+        more = b"true" if len(ordered) > limit else b"false"
+        body = b'{"locks":[' + b",".join(page) + b'],"more":' + more + b',"now_ms":%d}' % NOW_MS
+        return http_response(200, body)
+
+    return answer
+
+
+HUGE_TIME = (
+    b'{"name":"b-digits","locked_at_ms":1700000000000,"lock_until_ms":' + b"9" * 5000 + b","
+    b'"at_least_until_ms":1,"fencing_token":1,"locked_by":"h","token_fingerprint":"ab","released":false}'
+)
+
+#: The Worker's page: (sort name, sort time, record); the bad ones and what their row says.
+DO_ENTRIES: list[tuple[str, int, Any]] = [
+    ("a-good", NOW_MS + 1_000, do_entry("a-good", NOW_MS + 1_000)),
+    ("b-digits", NOW_MS + 2_000, HUGE_TIME),
+    ("c-types", NOW_MS + 3_000, do_entry("c-types", NOW_MS + 3_000, locked_by=123, released="no")),
+    ("d-nested", NOW_MS + 4_000, do_entry("d-nested", NOW_MS + 4_000, locked_by={"x": [[[1]]]})),
+    ("e-missing", NOW_MS + 5_000, do_entry("e-missing", NOW_MS + 5_000, fencing_token=None)),
+    ("f-huge-holder", NOW_MS + 6_000, do_entry("f-huge-holder", NOW_MS + 6_000, locked_by="h" * 100_000)),
+    ("g-not-an-object", NOW_MS + 7_000, "\x1b[2J a string"),
+    ("h-good", NOW_MS + 8_000, do_entry("h-good", NOW_MS + 8_000)),
+    ("i-name-a-number", NOW_MS + 9_000, do_entry("i", NOW_MS + 9_000, name=5, fencing_token="1")),
+    ("j-good", NOW_MS + 10_000, do_entry("j-good", NOW_MS + 10_000)),
+    ("k-long-name", NOW_MS + 11_000, do_entry("x" * 600, NOW_MS + 11_000)),
+    ("l-good", NOW_MS + 12_000, do_entry("l-good", NOW_MS + 12_000)),
+]
+DO_UNREADABLE = {
+    "b-digits": "lock_until_ms holds a number of 5,000 digits",
+    "c-types": "locked_by, released missing, of the wrong type",
+    "d-nested": "locked_by missing, of the wrong type",
+    "e-missing": "fencing_token missing",
+}
+DO_NAMELESS = {"the record is not a JSON object", "name missing", "name (longer than 512 UTF-8 bytes)"}
+
+
+@pytest.mark.parametrize("order", ["name", "lock_until"])
+@pytest.mark.parametrize("descending", [False, True])
+def test_do_listing_makes_each_bad_record_one_unreadable_row_and_pages_past_it(
+    order: str, descending: bool
+) -> None:
+    with raw_server(do_listing(DO_ENTRIES)) as url:
+        pages = list(do_provider(url).pages(LockQuery(order=order, descending=descending, limit=3)))
+    rows = [record for page in pages for record in page.records]
+    readable = [r.name for r in rows if isinstance(r, LockRecord)]
+    good = ["a-good", "f-huge-holder", "h-good", "j-good", "l-good"]
+    assert readable == (good[::-1] if descending else good), "each good record once, in order"
+    named = {r.name: r.reason for r in rows if isinstance(r, UnreadableRecord) and r.name}
+    assert set(named) == set(DO_UNREADABLE), "each bad record with a readable name is listed"
+    counts = Counter(r.name for r in rows if isinstance(r, UnreadableRecord) and r.name)
+    # Placed by its name or its readable time, each is listed once; b-digits has no
+    # readable lock_until, so in that order it takes the place of the row before it
+    # and may show again at the top of the next page.
+    placeless = {"b-digits"} if order == "lock_until" else set()
+    assert all(counts[name] == 1 for name in set(DO_UNREADABLE) - placeless), counts
+    for name, words in DO_UNREADABLE.items():
+        assert words in named[name] and named[name].startswith("the Worker answered a record"), named[name]
+    nameless = [r.reason for r in rows if isinstance(r, UnreadableRecord) and not r.name]
+    # Without a name it has no place: it may show again at the top of the next page.
+    assert {next(w for w in DO_NAMELESS if w in reason) for reason in nameless} == DO_NAMELESS
+    for row in rows:
+        assert isinstance(row, LockRecord) or (row.state(datetime.now(tz=timezone.utc)) == "unknown")
+        assert (
+            len(row.locked_by) < 2_200 and "\x1b" not in row.locked_by and "hhhh" * 600 not in row.locked_by
+        )
+    holder = next(r for r in rows if r.name == "f-huge-holder")
+    assert holder.locked_by.endswith("(97,952 more characters)")  # readable, cut for display
+
+
+def test_do_listing_page_of_nothing_but_nameless_records_is_an_error_not_a_loop() -> None:
+    entries = [(f"n{i}", NOW_MS + i, "not a record") for i in range(3)]
+    with (
+        raw_server(do_listing(entries)) as url,
+        pytest.raises(LockProviderError, match="cannot go past them") as caught,
+    ):
+        list(do_provider(url).pages(LockQuery(limit=2)))
+    assert caught.value.alias == "hostile-do"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b'{"locks": {"a": 1}, "more": false, "now_ms": 1800000000000}',
+        b'{"locks": [], "more": "no", "now_ms": 1800000000000}',
+        b'{"locks": [], "more": false, "now_ms": ' + b"1" * 5000 + b"}",
+        b"[" * 40 + b"]" * 40,
+    ],
+    ids=["not JSON", "locks not a list", "more not a boolean", "now_ms 5000 digits", "too deep"],
+)
+def test_do_listing_answer_that_is_not_a_page_is_a_store_error_naming_the_alias(body: bytes) -> None:
+    with (
+        raw_server(lambda request: http_response(200, body)) as url,
+        pytest.raises(LockProviderError) as caught,
+    ):
+        do_provider(url).query(LockQuery())
+    assert caught.value.alias == "hostile-do" and "hostile-do" in str(caught.value)
+
+
+def test_tslock_list_shows_do_unreadable_rows_and_the_good_ones(settings: Any) -> None:
+    with raw_server(do_listing(DO_ENTRIES)) as url:
+        settings.TSLOCK_PROVIDERS = {
+            "do": {
+                "BACKEND": "tslock_django.providers.cloudflare_do.DurableObjectLockProvider",
+                "OPTIONS": {"url": url, "token": TOKEN, "timeout": 5},
+            }
+        }
+        out, err, as_json = io.StringIO(), io.StringIO(), io.StringIO()
+        call_command("tslock", "list", stdout=out, stderr=err)
+        call_command("tslock", "list", "--json", stdout=as_json)
+    text = out.getvalue()
+    assert "\x1b" not in text and not leaked(text) and err.getvalue() == ""
+    lines = {line.split()[1]: line for line in text.splitlines()[1:] if line.split()[1] != "(no"}
+    assert {"a-good", "h-good", "b-digits", "c-types"} <= set(lines)
+    assert " unknown " in lines["b-digits"] and "unreadable: the Worker answered" in lines["b-digits"]
+    assert " held " in lines["a-good"]
+    assert "(no readable name)" in text
+    rows = json.loads(as_json.getvalue())
+    assert {row["state"] for row in rows if row["unreadable"]} == {"unknown"}
+    assert all(row["locked_by"] is None for row in rows if row["unreadable"])
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"acquired": False, "record": do_entry("job", NOW_MS + 1, locked_by=None)},
+        {"acquired": False, "record": "held by someone"},
+        {"acquired": True, "record": {**do_entry("job", NOW_MS + 1), "token": 5}},
+    ],
+    ids=["holder without locked_by", "holder not an object", "own holding without token"],
+)
+def test_do_acquire_answering_a_garbage_record_is_a_store_error_never_held(answer: dict[str, Any]) -> None:
+    with (
+        raw_server(lambda request: http_response(200, answer)) as url,
+        pytest.raises(LockProviderError, match="cannot use") as caught,
+    ):
+        do_provider(url).attempt(config("job"))
+    assert caught.value.alias == "hostile-do" and len(str(caught.value)) < 1000
+
+
+def test_do_listing_records_echoing_the_bearer_token_do_not_show_it() -> None:
+    echoed = "Bearer " + json.dumps(TOKEN)[1:-1]
+    entries = [
+        ("a-good", NOW_MS + 1, do_entry("a-good", NOW_MS + 1, locked_by="host " + TOKEN)),
+        (echoed, NOW_MS + 2, do_entry(echoed, NOW_MS + 2)),
+        (TOKEN, NOW_MS + 3, do_entry(TOKEN, NOW_MS + 3, fencing_token="x")),
+        ("d-bad", NOW_MS + 4, {**do_entry("d-bad", NOW_MS + 4, fencing_token=None), TOKEN: 1e999}),
+        ("e-good", NOW_MS + 5, do_entry("e-good", NOW_MS + 5)),
+    ]
+    with raw_server(do_listing(entries)) as url:
+        rows = [r for page in do_provider(url).pages(LockQuery(limit=2)) for r in page.records]
+    shown = repr([(r.name, r.locked_by) for r in rows])
+    assert not leaked(shown), shown
+    assert [r.name for r in rows if isinstance(r, LockRecord)] == ["a-good", "e-good"]
+    assert next(r for r in rows if r.name == "a-good").locked_by == f"host {MASK}"
+    # Named after the token: placed by the name, shown without it.
+    assert sum(1 for r in rows if isinstance(r, UnreadableRecord) and not r.name) == 2
+    bad = next(r for r in rows if r.name == "d-bad")
+    assert isinstance(bad, UnreadableRecord) and f"{MASK} holds Infinity" in bad.reason

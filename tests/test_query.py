@@ -271,9 +271,9 @@ def test_memory_purge_keeps_current_locks_and_the_fencing_counter(
 def test_an_unreadable_record_matches_every_state_but_not_other_names() -> None:
     from datetime import datetime, timezone
 
-    from tslock_django.core.records import LockRecord
+    from tslock_django.core.records import UnreadableRecord
 
-    row = LockRecord.unreadable_row("job-x", "kv", "not JSON")
+    row = UnreadableRecord("job-x", "kv", "not JSON")
     now = datetime.now(timezone.utc)
     for states in ({"held"}, {"at_least"}, {"expired"}):
         assert LockQuery(states=states).matches(row, now)
@@ -330,3 +330,27 @@ def test_a_backward_page_of_one_knows_whether_anything_comes_before(memory: Memo
     assert [r.name for r in at_a.records] == ["job-a"] and at_a.previous_cursor is None
     at_b = memory.query(LockQuery(limit=1, cursor=backward_from(everything.cursor_after(1))))
     assert [r.name for r in at_b.records] == ["job-b"] and at_b.previous_cursor
+
+
+def test_an_unreadable_record_has_unknown_state_no_times_and_a_bounded_escaped_reason() -> None:
+    from datetime import datetime, timezone
+
+    from tslock_django.core.records import ListedRecord, LockRecord, UnreadableRecord
+
+    row = UnreadableRecord("job", "kv", "bad \x1b[2J\u202e" + "x" * 10_000)
+    assert row.state(datetime.now(timezone.utc)) == "unknown"
+    assert (row.lock_until, row.locked_at, row.fencing_token, row.token_fingerprint, row.released) == (
+        None,
+        None,
+        None,
+        "",
+        False,
+    )
+    assert row.reason.startswith("bad \\x1b[2J\\u202e") and row.reason.isprintable()
+    assert len(row.reason) < UnreadableRecord.max_reason_chars + 40 and row.reason.endswith(
+        "more characters)"
+    )
+    assert row.unreadable == row.reason and row.locked_by == f"unreadable: {row.reason}"
+    assert not hasattr(row, "is_held"), "whether it is held is not known"
+    assert isinstance(row, ListedRecord) and not isinstance(row, LockRecord)
+    assert LockRecord.unreadable == ""

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .core.executor import HeldLock, LockingTaskExecutor, TaskResult, assert_locked, current_lock
     from .core.provider import LockProvider, SimpleLock
     from .core.query import ListingSupport, LockPage, LockQuery
-    from .core.records import LockRecord
+    from .core.records import ListedRecord, LockRecord, UnreadableRecord
     from .decorators import locked_command
     from .exceptions import (
         InvalidCursor,
@@ -54,6 +54,8 @@ _EXPORTS = {
     "LockPage": ".core.query",
     "LockQuery": ".core.query",
     "LockRecord": ".core.records",
+    "ListedRecord": ".core.records",
+    "UnreadableRecord": ".core.records",
     "locked_command": ".decorators",
     "InvalidCursor": ".exceptions",
     "InvalidLockProvider": ".exceptions",
@@ -71,6 +73,7 @@ __all__ = [
     "HeldLock",
     "InvalidCursor",
     "InvalidLockProvider",
+    "ListedRecord",
     "ListingSupport",
     "LockConfiguration",
     "LockHeld",
@@ -87,6 +90,7 @@ __all__ = [
     "SystemClock",
     "TaskResult",
     "TslockError",
+    "UnreadableRecord",
     "UnsupportedQuery",
     "assert_locked",
     "current_lock",

@@ -34,7 +34,7 @@ from django.core import signing
 
 from .core.provider import LockProvider
 from .core.query import ALL_STATES, MAX_LIMIT, LockPage, LockQuery, backward_from
-from .core.records import LockRecord
+from .core.records import ListedRecord, LockRecord, UnreadableRecord
 from .exceptions import InvalidCursor, InvalidLockProvider, LockProviderError, UnsupportedQuery
 
 logger = logging.getLogger(__name__)
@@ -215,7 +215,9 @@ class MergedListing:
         other failure is the provider's."""
         page = provider.query(query)
         records = page.records
-        if not isinstance(records, list) or not all(isinstance(r, LockRecord) for r in records):
+        if not isinstance(records, list) or not all(
+            isinstance(r, (LockRecord, UnreadableRecord)) for r in records
+        ):
             raise LockProviderError("answered something that is not a list of lock records", alias=alias)
         try:
             keys = [self.query.sort_key(r) for r in records]
@@ -356,10 +358,11 @@ def _places_of(value: dict[Any, Any], aliases: Sequence[str]) -> bool:
 
 @dataclass(frozen=True)
 class Row:
-    """One record on a merged page and the alias of the provider it came from."""
+    """One record on a merged page (maybe an ``UnreadableRecord``) and the alias of the
+    provider it came from."""
 
     alias: str
-    record: LockRecord
+    record: ListedRecord
 
 
 @dataclass

@@ -22,7 +22,7 @@ from tests.admin.tslock_test_providers import (
 )
 from tslock_django import LockConfiguration
 from tslock_django.conf import providers
-from tslock_django.core.records import LockRecord
+from tslock_django.core.records import LockRecord, UnreadableRecord
 
 pytestmark = pytest.mark.django_db
 
@@ -120,6 +120,29 @@ def test_every_state_is_shown(settings: Any, admin_client: Client, locks_url: st
     html = admin_client.get(locks_url, {"state": "all"}).content.decode()
     for label in ('tslock-state-held">held<', ">held for at-least<", ">expired<", ">unknown<"):
         assert label in html
+
+
+@pytest.mark.parametrize("order", ["name", "-name", "lock_until", "-lock_until", "locked_at", "-locked_at"])
+def test_an_unreadable_row_is_shown_in_every_order_and_cannot_be_selected(
+    settings: Any, releaser: Client, locks_url: str, order: str
+) -> None:
+    settings.TSLOCK_PROVIDERS = {
+        "s": static(
+            record("a-held"), UnreadableRecord("b-bad", "s", "not JSON <b>\x1b</b>"), record("c-held")
+        ),
+        "m": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"},
+    }
+    assert providers["m"].lock(LockConfiguration("m-held", "5m")) is not None
+    html = releaser.get(locks_url, {"o": order}).content.decode()
+    assert sorted(row_names(html)) == ["a-held", "b-bad", "c-held", "m-held"]
+    bad_row = html[html.index('data-name="b-bad"') :].split("</tr>")[0]
+    assert ">unknown<" in bad_row and 'name="lock"' not in bad_row and "cannot be released here" in bad_row
+    assert "unreadable: not JSON &lt;b&gt;\\x1b&lt;/b&gt;" in bad_row  # escaped twice: terminal, then HTML
+    assert html.count('name="lock"') == 3  # every readable row can be selected
+    # Without times it sorts before every time (after, in reverse); by name, by its name.
+    names = row_names(html)
+    if order.lstrip("-") != "name":
+        assert names.index("b-bad") == (3 if order.startswith("-") else 0)
 
 
 def test_advisory_providers_are_marked(settings: Any, admin_client: Client, locks_url: str) -> None:

@@ -11,7 +11,7 @@ from tslock_django.conf import MEMORY_BACKEND
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.provider import LockProvider, SimpleLock
 from tslock_django.core.query import ORDERS, ListingSupport, LockQuery, StorePage, fold
-from tslock_django.core.records import LockRecord
+from tslock_django.core.records import LockRecord, UnreadableRecord
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_kv import KVLockProvider
 from tslock_django.providers.memory import MemoryLockProvider
@@ -28,7 +28,8 @@ def path_of(cls: type) -> str:
 class StaticProvider(LockProvider):
     """Answers queries over the records given in OPTIONS["records"]; cannot lock, refuses
     writes. Records with naive times (a misbehaving store) are answered as they are, in
-    name order only, so the admin's handling of unreadable times can be seen."""
+    name order only, so the admin's handling of unreadable times can be seen;
+    ``UnreadableRecord`` rows come whatever states are asked for, in every order."""
 
     default_options: ClassVar[dict[str, Any]] = {"records": ()}
     listing: ClassVar = ListingSupport(total=True)
@@ -40,7 +41,9 @@ class StaticProvider(LockProvider):
         now = datetime.now(timezone.utc)
         found = []
         for record in self.options["records"]:
-            readable = record.lock_until.tzinfo is not None and record.locked_at.tzinfo is not None
+            readable = isinstance(record, UnreadableRecord) or (
+                record.lock_until.tzinfo is not None and record.locked_at.tzinfo is not None
+            )
             if readable and not query.matches(record, now):
                 continue
             if not readable and not (

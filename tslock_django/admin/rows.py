@@ -9,7 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from ..core.records import LockRecord
+from ..core.records import ListedRecord, UnreadableRecord
 from ..core.times import format_time
 
 #: The states a row can be in; "unknown" is a record whose times cannot be read.
@@ -75,7 +75,7 @@ class LockRow:
 
     alias: str
     guarantee: str
-    record: LockRecord
+    record: ListedRecord
     state: str
     locked_at: datetime | None  # aware; None when unreadable
     lock_until: datetime | None
@@ -108,6 +108,21 @@ class LockRow:
     def selection_value(self) -> str:
         return self.selection.encode() if self.selection else ""
 
+    @property
+    def release_refused(self) -> str:
+        """Why this row cannot be selected for release, or ``""`` (see :func:`make_row`)."""
+        if isinstance(self.record, UnreadableRecord):
+            return UNREADABLE_RELEASE_REFUSED
+        return ""
+
+
+#: Shown on an unreadable row instead of a checkbox.
+UNREADABLE_RELEASE_REFUSED = (
+    "Not a lock record, so it cannot be released here: the store holds a value under this name "
+    "that tslock cannot read (the reason is in the Held by column). Delete that value in the store, "
+    "or give this project another key_prefix."
+)
+
 
 def _aware(value: Any) -> datetime | None:
     if isinstance(value, datetime) and timezone.is_aware(value):
@@ -115,8 +130,22 @@ def _aware(value: Any) -> datetime | None:
     return None
 
 
-def make_row(alias: str, guarantee: str, record: LockRecord, now: datetime) -> LockRow:
-    """Compute what the page shows for one record."""
+def make_row(alias: str, guarantee: str, record: ListedRecord, now: datetime) -> LockRow:
+    """Compute what the page shows for one record.
+
+    An :class:`~tslock_django.core.records.UnreadableRecord` (a value the store holds that
+    is not a record) is shown with state "unknown", no times, the reason in the "Held
+    by" column and no checkbox: it cannot be released from the admin. There is no
+    holding to release conditionally (no fencing token, no token), and the value may
+    belong to something else sharing the store, so this page never deletes what it
+    cannot read; the row says to delete the value in the store or change
+    ``key_prefix``. A release posted for such a name anyway (an edited form) reaches
+    the store, which refuses to act on a value it cannot read (a ``LockProviderError``,
+    shown as an error message). A record whose times are not aware datetimes (a
+    custom provider's bug) is shown the same way, state "unknown", not releasable.
+    """
+    if isinstance(record, UnreadableRecord):
+        return LockRow(alias, guarantee, record, "unknown", None, None, None, None, False, None)
     locked_at, lock_until = _aware(record.locked_at), _aware(record.lock_until)
     if locked_at is None or lock_until is None:
         # A store that answered a record without readable times: show it, but claim nothing.

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 #: The largest stored value read as a record. Records are well under 2 KiB.
@@ -43,12 +45,34 @@ class Unreadable(ValueError):
     (never quoting the value, which may be huge or hold a token)."""
 
 
-def load_json(raw: bytes | str, *, max_bytes: int = MAX_RECORD_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+@dataclass(frozen=True)
+class BadNumber:
+    """A number no field can hold (too long, or not finite), in place of the number:
+    what :func:`load_json` gives with ``mark_bad_numbers``, so that only the record
+    holding it is unreadable, not the whole answer around it."""
+
+    problem: str
+
+    def __str__(self) -> str:
+        return self.problem
+
+
+def load_json(
+    raw: bytes | str,
+    *,
+    max_bytes: int = MAX_RECORD_BYTES,
+    max_depth: int = MAX_DEPTH,
+    mark_bad_numbers: bool = False,
+) -> Any:
     """The JSON value in ``raw``, within the limits above.
 
+    Args:
+        mark_bad_numbers: a number too long or not finite becomes a :class:`BadNumber`
+            instead of failing the whole value (for answers holding many records).
+
     Raises:
-        Unreadable: too large, not UTF-8, not JSON, too deep, or a number too long or
-            not finite.
+        Unreadable: too large, not UTF-8, not JSON, too deep, or (unless
+            ``mark_bad_numbers``) a number too long or not finite.
     """
     size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
@@ -64,9 +88,26 @@ def load_json(raw: bytes | str, *, max_bytes: int = MAX_RECORD_BYTES, max_depth:
     if depth > max_depth:
         raise Unreadable(f"the value nests {depth} levels deep, more than the {max_depth} accepted")
     try:
+        if mark_bad_numbers:
+            return json.loads(
+                text,
+                parse_int=_marked(_integer),
+                parse_float=_marked(_fraction),
+                parse_constant=_marked(_constant),
+            )
         return json.loads(text, parse_int=_integer, parse_float=_fraction, parse_constant=_constant)
     except json.JSONDecodeError:
         raise Unreadable("the value is not JSON") from None
+
+
+def _marked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_or_mark(text: str) -> Any:
+        try:
+            return parse(text)
+        except Unreadable as err:
+            return BadNumber(str(err).replace("the value holds ", "", 1))
+
+    return parse_or_mark
 
 
 def _depth(text: str) -> int:

@@ -42,7 +42,7 @@ from .query import (
     decode_cursor,
     encode_cursor,
 )
-from .records import LockRecord
+from .records import ListedRecord, LockRecord
 
 Guarantee = Literal["strong", "advisory"]
 
@@ -430,13 +430,13 @@ class LockProvider(ABC):
             return list(page.positions)
         return [list(query.sort_key(r)) for r in page.records]
 
-    def _backward(self, query: LockQuery, cursor: Cursor) -> tuple[StorePage, list[LockRecord], list[Any]]:
+    def _backward(self, query: LockQuery, cursor: Cursor) -> tuple[StorePage, list[ListedRecord], list[Any]]:
         """The page that ends just before ``cursor``'s position, in ``query``'s order:
         read in the reverse order from that position. With ``cursor.inclusive`` (from
         :func:`backward_from`) the record at the position itself ends the page when it
         is still there, found by an exact-name lookup every store can answer."""
         limit = query.limit
-        mark: LockRecord | None = None
+        mark: ListedRecord | None = None
         if cursor.inclusive and cursor.position is not None:
             key = query.keyset(cursor.position)
             probe = replace(query, prefix=key[1], order="name", descending=False, limit=1, cursor=None)
@@ -494,10 +494,11 @@ class LockProvider(ABC):
             seen.add(page.next_cursor)
             query = replace(query, cursor=page.next_cursor)
 
-    def list_locks(self, prefix: str = "") -> list[LockRecord]:
+    def list_locks(self, prefix: str = "") -> list[ListedRecord]:
         """Every record whose name starts with ``prefix``, expired ones included where
         the store keeps them, by name, without tokens (``token`` is empty;
-        ``token_fingerprint`` identifies the holding). A convenience that walks
+        ``token_fingerprint`` identifies the holding), and an ``UnreadableRecord`` for
+        each stored value that is not a record. A convenience that walks
         :meth:`query`'s pages: for large stores, use ``query`` or ``pages``.
 
         Raises:
@@ -554,7 +555,12 @@ class LockProvider(ABC):
         strictly after keyset ``after`` (``query.keyset(after)``; ``None`` for the
         start), at most ``query.limit`` of them, and ``more`` when there are others.
         Stores that do not page by keyset return ``positions`` (and maybe ``resume``)
-        and get them back as ``after``."""
+        and get them back as ``after``.
+
+        A stored value that is not a record is an ``UnreadableRecord`` in the page
+        (whatever states are asked for, when its name matches), never an exception
+        for the whole page; its place is where the store's walk found it, given in
+        ``positions`` when ``query.sort_key`` cannot know it (a time order)."""
 
     def handle(
         self,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
@@ -29,7 +29,7 @@ from typing import Any, Literal
 from django.core import signing
 
 from ..exceptions import InvalidCursor, UnsupportedQuery
-from .records import LockRecord
+from .records import ListedRecord, LockRecord, UnreadableRecord
 
 QueryState = Literal["held", "at_least", "expired"]
 QueryOrder = Literal["name", "lock_until", "locked_at"]
@@ -125,28 +125,34 @@ class LockQuery:
 
     # -- what a record must satisfy, and where it sorts --------------------------------
 
-    def matches(self, record: LockRecord, now: datetime) -> bool:
+    def matches(self, record: ListedRecord, now: datetime) -> bool:
         """Whether ``record`` belongs in this query's answer at ``now`` (the reference
-        semantics that stores answering in SQL or JavaScript reproduce)."""
+        semantics that stores answering in SQL or JavaScript reproduce). An
+        :class:`~tslock_django.core.records.UnreadableRecord` matches on its name alone,
+        whatever states are asked for."""
         name = record.name
         if not name.startswith(self.prefix):
             return False
         if self.search and fold(self.search) not in fold(name):
             return False
-        if record.unreadable:
+        if isinstance(record, UnreadableRecord):
             # A value the store holds but nobody can read has no state to filter by;
             # every listing shows it, so an operator sees it and can deal with it.
             return True
         return record_state(record, now) in self.states
 
-    def sort_key(self, record: LockRecord) -> tuple[int | str, str]:
+    def sort_key(self, record: ListedRecord) -> tuple[int | str, str]:
         """``(key, name)``: the record's place in this query's (ascending) order; time
-        orders are keyed by epoch microseconds."""
+        orders are keyed by epoch microseconds. An unreadable record has no times: in a
+        time order its key is ``-1``, before every readable time. (Its store may place it
+        elsewhere on its own pages, by what its index holds, and then says so in
+        ``StorePage.positions``; a merged page takes it where its store reached it.)"""
         if self.order == "name":
             return (record.name, record.name)
+        if isinstance(record, UnreadableRecord):
+            return (-1, record.name)
         moment = record.lock_until if self.order == "lock_until" else record.locked_at
-        # An unreadable record has no times; it sorts before every readable one.
-        return (epoch_us(moment) if moment is not None else -1, record.name)
+        return (epoch_us(moment), record.name)
 
     def keyset(self, position: Any) -> tuple[int | str, str]:
         """A decoded cursor position as this query's ``(key, name)`` keyset.
@@ -233,7 +239,9 @@ class StorePage:
     :class:`LockPage` with cursors.
 
     Attributes:
-        records: at most ``limit`` records, in the query's order.
+        records: at most ``limit`` records, in the query's order (readable ones, and an
+            :class:`~tslock_django.core.records.UnreadableRecord` for each value that
+            is not one).
         more: there may be records after the last one (read ``limit + 1`` to know).
         total: the exact number of records the query matches, if cheap, else ``None``.
         notes: what the store could not do or read for this page (for the reader).
@@ -243,7 +251,7 @@ class StorePage:
             keyset (JSON-able, store-defined); ``None`` means keyset, derived here.
     """
 
-    records: list[LockRecord]
+    records: Sequence[ListedRecord]
     more: bool
     total: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -256,7 +264,9 @@ class LockPage:
     """One page of a :class:`LockQuery`'s answer.
 
     Attributes:
-        records: the records, without tokens, at most ``limit``.
+        records: the records, without tokens, at most ``limit``; a value the store holds
+            that is not a readable record is an
+            :class:`~tslock_django.core.records.UnreadableRecord` row among them.
         next_cursor: the cursor of the next page, ``None`` at the end.
         previous_cursor: the cursor of the page before, ``None`` on the first page or
             where the store cannot page backwards.
@@ -266,7 +276,7 @@ class LockPage:
             operator (e.g. "3 keys written without metadata were not read").
     """
 
-    records: list[LockRecord]
+    records: list[ListedRecord]
     next_cursor: str | None
     previous_cursor: str | None = None
     total: int | None = None

@@ -24,8 +24,8 @@ from ..core.decode import Unreadable
 from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
-from ..core.records import LockRecord
-from ..core.secrets import scrub
+from ..core.records import ListedRecord, LockRecord, UnreadableRecord
+from ..core.secrets import scrub, secret_forms
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
 from .http import (
@@ -91,6 +91,9 @@ class DurableObjectLockProvider(LockProvider):
             timeout=float(self.options["timeout"]),
             transport=transport,
         )
+        # Every form the bearer token can take in an echo, longest first: looked for in
+        # each listed record (a Worker that echoes the request may put it anywhere).
+        self._token_forms = sorted(secret_forms(str(self.options["token"])), key=len, reverse=True)
 
     # -- options -------------------------------------------------------------------
 
@@ -160,8 +163,10 @@ class DurableObjectLockProvider(LockProvider):
         *,
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
+        mark_bad_numbers: bool = False,
     ) -> dict[str, Any]:
-        """One request; the parsed JSON object of a 2xx answer, else ``LockProviderError``."""
+        """One request; the parsed JSON object of a 2xx answer, else ``LockProviderError``
+        (``mark_bad_numbers``: see :func:`~tslock_django.providers.http.parse_json`)."""
         # What an echo of this request could give away: the Worker's bearer token and the
         # lock token the body carries (unlock, extend, force-release by token).
         secrets = [str(self.options["token"])]
@@ -171,7 +176,7 @@ class DurableObjectLockProvider(LockProvider):
             response = self._http().request(method, path, json=body, params=params)
         if not response.is_success:
             raise error_for_status(self.alias, what, response, self._error_detail(response), secrets)
-        data = json_body(self.alias, what, response)
+        data = json_body(self.alias, what, response, mark_bad_numbers=mark_bad_numbers)
         if not isinstance(data, dict):
             raise self._malformed(what, "the answer is not a JSON object", response.status_code)
         return data
@@ -188,14 +193,17 @@ class DurableObjectLockProvider(LockProvider):
 
     def _malformed(self, what: str, problem: str, status: int | None = 200) -> LockProviderError:
         # problem may quote a name the server sent, which an echoing server fills with
-        # the Authorization header.
-        problem = scrub(problem, [str(self.options["token"])])
+        # the Authorization header, or with control characters for a terminal.
+        problem = decode.visible(scrub(problem, [str(self.options["token"])]))
         return LockProviderError(
             f"{what}: HTTP {status} with an answer the provider cannot use ({problem}); "
             "is the URL a tslock Worker of protocol v1?",
             alias=self.alias,
             status_code=status,
         )
+
+    def _echoes_token(self, text: str) -> bool:
+        return any(form in text for form in self._token_forms)
 
     def _flag(self, data: dict[str, Any], key: str, what: str) -> bool:
         value = data.get(key)
@@ -204,9 +212,24 @@ class DurableObjectLockProvider(LockProvider):
         return value
 
     def _record(self, data: Any, what: str, *, with_token: bool = False) -> tuple[LockRecord, datetime]:
-        """A ``LockRecord`` (name without the key prefix) and its at-least deadline."""
+        """A ``LockRecord`` (name without the key prefix) and its at-least deadline;
+        ``LockProviderError`` when the Worker's record cannot be read."""
         if not isinstance(data, dict):
             raise self._malformed(what, "'record' is missing or not an object")
+        try:
+            return self._read_record(data, with_token=with_token)
+        except Unreadable as err:
+            raise self._malformed(what, str(err)) from None
+
+    def _read_record(self, data: Any, *, with_token: bool = False) -> tuple[LockRecord, datetime]:
+        """The record in one JSON object of the Worker's answer.
+
+        Raises:
+            Unreadable: saying which fields are missing, of the wrong type or out of
+                range (the record's name, cut and escaped, when it has one).
+        """
+        if not isinstance(data, dict):
+            raise Unreadable("the record is not a JSON object")
         problems = [
             key
             for key in ("locked_at_ms", "lock_until_ms", "at_least_until_ms", "fencing_token")
@@ -226,22 +249,36 @@ class DurableObjectLockProvider(LockProvider):
         token = data.get("token", "")
         if with_token and (not isinstance(token, str) or not token):
             problems.append("token")
+        name = data.get("name")
+        # The Worker keeps names of at most max_key_bytes; a longer one is not from it.
+        if isinstance(name, str) and len(name.encode("utf-8", "surrogatepass")) > self.max_key_bytes:
+            problems.append(f"name (longer than {self.max_key_bytes} UTF-8 bytes)")
         if problems:
-            name = data.get("name")
-            whose = f"record {name!r}" if isinstance(name, str) else "record"
-            raise self._malformed(
-                what, f"{whose} field(s) {', '.join(problems)} missing, of the wrong type or out of range"
+            shown_name = (
+                decode.shown(scrub(name, [str(self.options["token"])]), 200) if isinstance(name, str) else ""
+            )
+            whose = f"record {shown_name!r}" if isinstance(name, str) else "record"
+            numbers = [
+                f"{key} holds {value}" for key, value in data.items() if isinstance(value, decode.BadNumber)
+            ]
+            raise Unreadable(
+                f"{whose} field(s) {', '.join(problems)} missing, of the wrong type or out of range"
+                + "".join(f"; {decode.shown(str(n), 100)}" for n in numbers[:3])
             )
         prefix = str(self.options["key_prefix"])
         key: str = data["name"]
         if not key.startswith(prefix):
-            raise self._malformed(what, "the record's name is outside this provider's key_prefix")
+            raise Unreadable("the record's name is outside this provider's key_prefix")
+        locked_by: str = data["locked_by"]
+        if self._echoes_token(locked_by):
+            locked_by = scrub(locked_by, [str(self.options["token"])])
         record = LockRecord(
             name=key[len(prefix) :],
             lock_until=from_epoch_ms(data["lock_until_ms"]),
             locked_at=from_epoch_ms(data["locked_at_ms"]),
-            # Cut for display: the Worker keeps 255, but the answer is not ours to trust.
-            locked_by=decode.shown(data["locked_by"]),
+            # Cut for display, without the token: the Worker keeps 255 characters of
+            # what it was sent, but the answer is not ours to trust.
+            locked_by=decode.shown(locked_by),
             token=token if with_token else "",
             fencing_token=data["fencing_token"],
             provider=self.alias,
@@ -249,6 +286,41 @@ class DurableObjectLockProvider(LockProvider):
             token_fingerprint=data["token_fingerprint"],
         )
         return record, from_epoch_ms(data["at_least_until_ms"])
+
+    def _unreadable(
+        self, item: Any, problem: str, query: LockQuery, now: datetime
+    ) -> tuple[UnreadableRecord, tuple[int | str, str] | None]:
+        """The listing row of a record of the Worker's answer that cannot be read, and
+        its place in ``query``'s order when that can be read (``None`` otherwise).
+
+        Its name is kept when it is a string under this provider's key_prefix, within
+        the Worker's size limit and one the query asked for; its place needs that name
+        and, in a time order, that time field as epoch milliseconds in range."""
+        name = item.get("name") if isinstance(item, dict) else None
+        prefix = str(self.options["key_prefix"])
+        listed = ""
+        if (
+            isinstance(name, str)
+            and name.startswith(prefix)
+            and len(name.encode("utf-8", "surrogatepass")) <= self.max_key_bytes
+        ):
+            listed = name[len(prefix) :]
+        # The problem may quote field names of the answer: an echo may have put the token there.
+        problem = scrub(problem, [str(self.options["token"])])
+        row = UnreadableRecord(
+            listed, self.alias, f"the Worker answered a record that cannot be read ({problem})"
+        )
+        place: tuple[int | str, str] | None = None
+        if listed and query.matches(row, now):
+            moment = listed if query.order == "name" else item.get(f"{query.order}_ms")
+            if isinstance(moment, str):
+                place = (moment, listed)
+            elif isinstance(moment, int) and not isinstance(moment, bool) and epoch_ms_in_range(moment):
+                place = (moment * 1000, listed)
+        if self._echoes_token(listed):
+            # Placed by its name, shown without it.
+            row = UnreadableRecord("", self.alias, row.reason)
+        return row, place
 
     @staticmethod
     def _durations(config: LockConfiguration) -> dict[str, int]:
@@ -381,7 +453,8 @@ class DurableObjectLockProvider(LockProvider):
         mark = None if after is None else query.keyset(after)
         if mark is not None:
             params.update(self._worker_position(query, mark))
-        data = self._call(what, "GET", "/v1/locks", params=params)
+        # A number no field can hold makes its record unreadable, not the whole page.
+        data = self._call(what, "GET", "/v1/locks", params=params, mark_bad_numbers=True)
         page = data.get("locks")
         if not isinstance(page, list):
             raise self._malformed(what, "'locks' is missing or not a list")
@@ -398,20 +471,50 @@ class DurableObjectLockProvider(LockProvider):
         if len(page) > query.limit:
             raise self._malformed(what, f"{len(page)} records for a page of at most {query.limit}")
         now = from_epoch_ms(now_ms)
-        records: list[LockRecord] = []
+        records: list[ListedRecord] = []
+        # Where the next page starts after each record. A record that cannot be read is
+        # a row saying why (the rest of the page stands); when even its place cannot be
+        # read, it takes the place of the row before it, so the next page starts before
+        # it and it may be shown again there, while the readable records go on.
+        positions: list[list[int | str] | None] = []
         previous = mark
         for item in page:
-            record = self._record(item, what)[0]
-            if not query.matches(record, now):
-                raise self._malformed(
-                    what, f"record {record.name!r} is not one the query asked for (prefix, search or state)"
-                )
-            key = query.sort_key(record)
-            if previous is not None and not query.after(key, previous):
-                raise self._malformed(what, f"record {record.name!r} is out of order or repeats one")
-            previous = key
+            try:
+                record: ListedRecord = self._read_record(item)[0]
+            except Unreadable as err:
+                record, place = self._unreadable(item, str(err), query, now)
+            else:
+                if not query.matches(record, now):
+                    raise self._malformed(
+                        what,
+                        f"record {decode.shown(record.name, 200)!r} is not one the query asked for "
+                        "(prefix, search or state)",
+                    )
+                place = query.sort_key(record)
+                if self._echoes_token(record.name):
+                    # An echo of the request: placed by its name, shown without it.
+                    record = UnreadableRecord(
+                        "",
+                        self.alias,
+                        "the Worker answered a record whose name holds the Worker's bearer token (it "
+                        "echoes requests back); it is not shown",
+                    )
+            if place is not None:
+                if previous is not None and not query.after(place, previous):
+                    raise self._malformed(
+                        what, f"record {decode.shown(record.name, 200)!r} is out of order or repeats one"
+                    )
+                previous = place
             records.append(record)
-        return StorePage(records=records, more=more)
+            positions.append(None if previous is None else list(previous))
+        if more and records and previous == mark:
+            # No record of this page has a place: the next page would be this one again.
+            raise self._malformed(
+                what,
+                "a whole page of records whose names or sort keys cannot be read; the listing "
+                "cannot go past them",
+            )
+        return StorePage(records=records, more=more, positions=positions)
 
     def _worker_position(self, query: LockQuery, mark: tuple[int | str, str]) -> dict[str, str | int]:
         """The Worker's ``after_key`` / ``after_name`` for keyset ``mark``. Names gain the

@@ -48,7 +48,7 @@ from ..core.decode import Unreadable
 from ..core.durations import to_milliseconds
 from ..core.provider import REQUIRED, LockProvider, SimpleLock
 from ..core.query import CURRENT_STATES, ListingSupport, LockQuery, StorePage, fold, record_state
-from ..core.records import LockRecord, fingerprint
+from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
 from ..exceptions import InvalidCursor, LockProviderError
 from .epoch import from_epoch_ms, to_epoch_ms
 from .http import BEARER_TOKEN_RULE, valid_bearer_token
@@ -510,7 +510,7 @@ class _Scan:
         self.cache = provider._listing_cache
         self.spent = 0
         self.examined = 0
-        self.records: list[LockRecord] = []
+        self.records: list[ListedRecord] = []
         self.positions: list[list[str | None]] = []
         self.notes: list[str] = []
         self.undecided = 0
@@ -593,7 +593,7 @@ class _Scan:
                         # (its state is unknown), so the rest of the page still shows.
                         if len(self.records) == query.limit:
                             return self.full(done)
-                        self.records.append(LockRecord.unreadable_row(name, provider.alias, decoded))
+                        self.records.append(UnreadableRecord(name, provider.alias, decoded))
                         self.positions.append(list(here))
                         self.examined += 1
                         done = here

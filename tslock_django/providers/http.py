@@ -166,20 +166,30 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_BODY_DEPTH = 32
 
 
-def parse_json(response: httpx.Response) -> Any:
+def parse_json(response: httpx.Response, *, mark_bad_numbers: bool = False) -> Any:
     """The JSON value of an answer's body, through the bounded decoder.
 
+    Args:
+        mark_bad_numbers: a number too long or not finite becomes a
+            :class:`~tslock_django.core.decode.BadNumber` (a listing page, where it
+            makes one record unreadable) instead of failing the whole answer.
+
     Raises:
-        Unreadable: too large, too deep, a number too long, or not JSON.
+        Unreadable: too large, too deep, a number too long (see above), or not JSON.
     """
-    return decode.load_json(response.content, max_bytes=MAX_BODY_BYTES, max_depth=MAX_BODY_DEPTH)
+    return decode.load_json(
+        response.content,
+        max_bytes=MAX_BODY_BYTES,
+        max_depth=MAX_BODY_DEPTH,
+        mark_bad_numbers=mark_bad_numbers,
+    )
 
 
-def json_body(alias: str, what: str, response: httpx.Response) -> Any:
+def json_body(alias: str, what: str, response: httpx.Response, *, mark_bad_numbers: bool = False) -> Any:
     """The parsed JSON body, or ``LockProviderError`` if it is not JSON the provider
     can read (see :func:`parse_json`)."""
     try:
-        return parse_json(response)
+        return parse_json(response, mark_bad_numbers=mark_bad_numbers)
     except decode.Unreadable as err:
         raise LockProviderError(
             f"{what}: HTTP {response.status_code} with a body the provider cannot read ({err})",

@@ -38,7 +38,7 @@ from ..core import decode
 from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
-from ..core.records import LockRecord, fingerprint
+from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
 from ..core.secrets import scrub
 from ..exceptions import LockProviderError
 from .epoch import EPOCH, MAX_EPOCH_US
@@ -272,6 +272,14 @@ class RedisLockProvider(LockProvider):
             )
         if isinstance(err, redis.ConnectionError):
             return f"could not talk to Redis ({detail}); is the server up and the URL right?"
+        if "not one tslock wrote" in detail:
+            # A script met a value under this lock's name that is not a record (see
+            # readable() in redis_scripts): nobody can be said to hold it or not.
+            return (
+                f"Redis holds a value for this lock in {self._records!r} that was written by something "
+                "else (not a tslock record), so whether it is held cannot be told and nothing was "
+                "changed; delete that field of the hash (HDEL) or use another key_prefix"
+            )
         if "Error compiling script" in detail:
             # Redis before 7 cannot read the scripts' "#!lua" first line.
             return f"Redis refused the lock script ({detail}); the Redis provider needs Redis 7 or later"
@@ -329,6 +337,8 @@ class RedisLockProvider(LockProvider):
         try:
             text = reply.decode() if isinstance(reply, bytes) else str(reply)
             until, at, at_least, fencing, state, token, locked_by = text.split("|", 6)
+            if max(len(until), len(at), len(at_least), len(fencing)) > decode.MAX_NUMBER_CHARS:
+                raise ValueError("a number is too long")
             lock_until, locked_at, least = int(until), int(at), int(at_least)
             released = int(state) != 0
             if not (
@@ -341,7 +351,7 @@ class RedisLockProvider(LockProvider):
                 name=name,
                 lock_until=EPOCH + timedelta(microseconds=lock_until),
                 locked_at=EPOCH + timedelta(microseconds=locked_at),
-                locked_by=locked_by,
+                locked_by=decode.shown(locked_by),
                 token=token if with_token else "",
                 fencing_token=int(fencing),
                 provider=self.alias,
@@ -352,28 +362,44 @@ class RedisLockProvider(LockProvider):
             raise self._malformed(what, str(err) or "not a holding") from None
         return record, EPOCH + timedelta(microseconds=least)
 
-    def _listed(self, raw: object, what: str) -> LockRecord:
-        """A record as stored (JSON, see ``redis_scripts``), without its token."""
+    def _listed(self, name: str, raw: object) -> LockRecord:
+        """The record stored for ``name`` as the query script sent it (JSON, see
+        ``redis_scripts``; an int is the size of a value too large to send), without
+        its token.
+
+        Raises:
+            decode.Unreadable: what is wrong with it (never quoting the value).
+        """
+        if isinstance(raw, int):
+            raise decode.Unreadable(
+                f"the value is {raw:,} bytes, more than the {decode.MAX_RECORD_BYTES:,} a lock record can be"
+            )
         if not isinstance(raw, (bytes, str)):
-            raise self._malformed(what, "not JSON")
-        try:
-            # Bounded in size, depth and number length: a record written by something
-            # else is a malformed-record error, never a RecursionError.
-            data = decode.load_json(raw)
-        except decode.Unreadable as err:
-            raise self._malformed(what, str(err)) from None
+            raise decode.Unreadable("the value is not JSON")
+        # Bounded in size, depth and number length: a record written by something else
+        # is unreadable, never a RecursionError.
+        data = decode.load_json(raw)
         if not isinstance(data, dict):
-            raise self._malformed(what, "not a JSON object")
+            raise decode.Unreadable("the value is not a JSON object")
         try:
-            lock_until, locked_at, fencing = int(data["u"]), int(data["a"]), int(data["f"])
-            name, locked_by, token, state = data["n"], data["b"], data["t"], data["r"]
-        except (KeyError, TypeError, ValueError):
-            raise self._malformed(what, "a field is missing or not a number") from None
-        texts_ok = isinstance(name, str) and isinstance(locked_by, str) and isinstance(token, str)
-        if not texts_ok or state not in (0, 1, 2):
-            raise self._malformed(what, "a field has the wrong type")
+            numbers = [data["u"], data["a"], data["f"]]
+            stored_name, locked_by, token, state = data["n"], data["b"], data["t"], data["r"]
+        except KeyError as err:
+            raise decode.Unreadable(f"the field {err.args[0]!r} is missing") from None
+        if not all(isinstance(n, str) and n.isascii() and n.isdigit() for n in numbers):
+            raise decode.Unreadable("a time or the fencing token is not a string of digits")
+        if max(len(n) for n in numbers) > decode.MAX_NUMBER_CHARS:
+            raise decode.Unreadable(
+                f"a time or the fencing token has more than {decode.MAX_NUMBER_CHARS} digits"
+            )
+        lock_until, locked_at, fencing = (int(n) for n in numbers)
+        texts_ok = isinstance(stored_name, str) and isinstance(locked_by, str) and isinstance(token, str)
+        if not texts_ok or isinstance(state, bool) or state not in (0, 1, 2):
+            raise decode.Unreadable("a field has the wrong type")
         if not (0 <= lock_until <= MAX_EPOCH_US and 0 <= locked_at <= MAX_EPOCH_US):
-            raise self._malformed(what, "a time is out of range")
+            raise decode.Unreadable("a time is out of range")
+        if stored_name != name:
+            raise decode.Unreadable("the record names another lock than the one it is stored under")
         return LockRecord(
             name=name,
             lock_until=EPOCH + timedelta(microseconds=lock_until),
@@ -384,6 +410,27 @@ class RedisLockProvider(LockProvider):
             released=state != 0,
             token_fingerprint=fingerprint(token) if token else "",
         )
+
+    def _row(self, raw_name: object, raw: object) -> ListedRecord:
+        """One listed record, or the unreadable row of a value that is not one (named
+        when its name is UTF-8 within ``max_key_bytes``)."""
+        name = ""
+        try:
+            if isinstance(raw_name, bytes) and len(raw_name) <= self.max_key_bytes:
+                name = raw_name.decode("utf-8")
+            elif isinstance(raw_name, str) and len(raw_name.encode()) <= self.max_key_bytes:
+                name = raw_name
+            else:
+                raise decode.Unreadable("its name in the index is too long or not a string")
+            return self._listed(name, raw)
+        except (decode.Unreadable, UnicodeError) as err:
+            problem = "its name in the index is not UTF-8" if isinstance(err, UnicodeError) else str(err)
+            return UnreadableRecord(
+                name,
+                self.alias,
+                f"a field of {self._records!r} does not hold a lock record tslock wrote ({problem}); "
+                "delete it (HDEL) or use another key_prefix",
+            )
 
     def _locked_by_json(self) -> str:
         # Cached: the scripts take it as JSON and it rarely changes.
@@ -481,24 +528,54 @@ class RedisLockProvider(LockProvider):
                 states,
                 query.limit,
                 max(QUERY_BUDGET, 2 * (query.limit + 1)),
+                decode.MAX_RECORD_BYTES,
             ],
         )
         status, resume_key, resume_name, total = reply[:4]
-        records = [self._listed(raw, what) for raw in reply[4:]]
+        entries = reply[4:]
+        if len(entries) % 3:
+            raise self._malformed(what, "the listing script answered an incomplete entry")
+        records: list[ListedRecord] = []
+        # Each record's place is its index entry (name, and score in a time order),
+        # which the walk goes on from whether or not the record can be read.
+        positions: list[list[int | str]] = []
+        for i in range(0, min(len(entries), 3 * query.limit), 3):
+            raw_name, key, raw = entries[i : i + 3]
+            records.append(self._row(raw_name, raw))
+            positions.append(self._position(query, raw_name, key, what))
         page = StorePage(
-            records=records[: query.limit],
+            records=records,
             more=status != 0,
             total=None if total < 0 else total,
+            positions=positions,
         )
         if status == 2:
-            resume_key, resume_name = _text(resume_key), _text(resume_name)
-            page.resume = [resume_key if query.order == "name" else int(resume_key), resume_name]
+            page.resume = self._position(query, resume_name, resume_key, what)
             page.notes.append(
                 f"lock provider {self.alias!r} read {max(QUERY_BUDGET, 2 * (query.limit + 1)):,} index "
                 "entries without filling this page (most records do not match); the next page goes on "
                 "from there"
             )
         return page
+
+    def _position(self, query: LockQuery, raw_name: object, key: object, what: str) -> list[int | str]:
+        """The keyset position of an index entry: ``[name, name]`` by name, else
+        ``[score in microseconds, name]``."""
+        try:
+            name = _text(raw_name)
+            if query.order == "name":
+                return [name, name]
+            score = float(_text(key))
+        except (UnicodeError, ValueError):
+            score = math.nan
+        if not math.isfinite(score) or not 0 <= score <= MAX_EPOCH_US:
+            # The index was written by something else: a place the walk cannot go on from.
+            raise self._malformed(
+                what,
+                f"an entry of the {query.order} index is not a UTF-8 name with a time in range; delete it "
+                "or use another key_prefix",
+            )
+        return [math.floor(score), name]
 
     @staticmethod
     def _name_bounds(prefix: str) -> tuple[bytes, bytes]:

@@ -39,8 +39,12 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from ..core.decode import MAX_RECORD_BYTES
+
 # Helpers every script starts with.
-_PRELUDE = """
+_PRELUDE = (
+    f"local MAX_RECORD_BYTES = {MAX_RECORD_BYTES}\n"
+    + """
 local function fmt(x) return string.format('%.0f', x) end
 local function now_us()
   local t = redis.call('TIME')
@@ -53,14 +57,29 @@ local function encode(u, r, l, a, f, t, n_json, b_json)
   return '{"u":"' .. u .. '","r":' .. r .. ',"l":"' .. l .. '","a":"' .. a .. '","f":"' .. f ..
     '","t":"' .. t .. '","n":' .. n_json .. ',"b":' .. b_json .. '}'
 end
--- u, r (a number), l, a, f, t; an error for a value tslock did not write. A script that
--- changes u, r or l keeps the rest of the string as it is: u and r end at #u + 13,
--- l at #u + #l + 20. (cjson.decode is cheaper here than one string.match.)
-local function decode(raw)
+-- The record of lock `name` in raw, or nil for a value tslock did not write: larger
+-- than a record can be, not JSON, a field missing or of another type, a time or token
+-- that is not a number of at most 20 characters, or the record of another name.
+local function readable(raw, name)
+  if #raw > MAX_RECORD_BYTES then return nil end
   local ok, rec = pcall(cjson.decode, raw)
-  if not ok or type(rec) ~= 'table' or type(rec.u) ~= 'string'
-      or string.sub(raw, #rec.u + 7, #rec.u + 12) ~= '","r":' then
-    error('tslock: a record in ' .. KEYS[1] .. ' was not written by tslock')
+  if not ok or type(rec) ~= 'table' or type(rec.u) ~= 'string' or type(rec.l) ~= 'string'
+      or type(rec.a) ~= 'string' or type(rec.f) ~= 'string' or type(rec.t) ~= 'string'
+      or type(rec.b) ~= 'string' or rec.n ~= name or not (rec.r == 0 or rec.r == 1 or rec.r == 2)
+      or #rec.u > 20 or #rec.l > 20 or #rec.f > 20
+      or not tonumber(rec.u) or not tonumber(rec.l) or not tonumber(rec.f) then
+    return nil
+  end
+  return rec
+end
+-- u, r (a number), l, a, f, t of lock `name`; an error for a value tslock did not
+-- write (the caller names the lock). A script that changes u, r or l keeps the rest of
+-- the string as it is: u and r end at #u + 13, l at #u + #l + 20. (cjson.decode is
+-- cheaper here than one string.match.)
+local function decode(raw, name)
+  local rec = readable(raw, name)
+  if not rec or string.sub(raw, #rec.u + 7, #rec.u + 12) ~= '","r":' then
+    error('tslock: the record is not one tslock wrote')
   end
   return rec.u, rec.r, rec.l, rec.a, rec.f, rec.t
 end
@@ -74,6 +93,7 @@ local function holding_of(raw)
   return holding(rec.u, rec.a, rec.l, rec.f, rec.r, rec.t, rec.b)
 end
 """
+)
 
 ACQUIRE = (
     "#!lua\n"
@@ -88,7 +108,7 @@ local now = now_us()
 local raw = redis.call('HGET', KEYS[1], name)
 local last
 if raw then
-  local u, r, l, a, f, t = decode(raw)
+  local u, r, l, a, f, t = decode(raw, ARGV[1])
   if tonumber(u) > now then
     -- Our own token: this request already took the lock (a client library retried
     -- it after losing the answer); hand back the same holding.
@@ -122,7 +142,7 @@ UNLOCK = (
 -- Returns 1 when our holding is released (kept until its at-least deadline), else 0.
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
-local u, r, l, a, f, t = decode(raw)
+local u, r, l, a, f, t = decode(raw, ARGV[1])
 if t ~= ARGV[2] then return 0 end
 -- Already released by this token: a retried request whose first answer was lost.
 if r == 1 then return 1 end
@@ -145,7 +165,7 @@ EXTEND = (
 -- Returns the extended holding, or nil when it is no longer ours.
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return nil end
-local u, r, l, a, f, t = decode(raw)
+local u, r, l, a, f, t = decode(raw, ARGV[1])
 local now = now_us()
 if t ~= ARGV[2] or r ~= 0 or tonumber(u) <= now then return nil end
 local lock_until, at_least = fmt(now + tonumber(ARGV[3])), fmt(now + tonumber(ARGV[4]))
@@ -166,7 +186,7 @@ FORCE_RELEASE = (
 -- The fencing counter is left alone: the next holder still gets a higher token.
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
-local u, r, l, a, f, t = decode(raw)
+local u, r, l, a, f, t = decode(raw, ARGV[1])
 local now = now_us()
 if tonumber(u) <= now then return 0 end
 if ARGV[2] == 'fencing' and f ~= ARGV[3] then return 0 end
@@ -190,9 +210,12 @@ QUERY = (
 --       5 after key (us, time orders; '' for none), 6 after name, 7 prefix,
 --       8 search (ASCII-folded; '' for none), 9 states ('held,at_least,expired' as
 --       three '1'/'0'), 10 limit, 11 budget
--- Returns {status, resume key, resume name, total, record...}: status 0 = the range
--- ended, 1 = more records, 2 = the budget ran out first (resume from the resume key
--- and name: the last index entry read); total = -1 when not cheap to count.
+-- Returns {status, resume key, resume name, total, (name, key, record)...}: status 0 =
+-- the range ended, 1 = more records, 2 = the budget ran out first (resume from the
+-- resume key and name: the last index entry read); total = -1 when not cheap to
+-- count. Each record comes with its index entry (name, and score or name: its place
+-- in the walk). A value tslock did not write comes whatever states were asked for,
+-- so the reader shows it as unreadable; one over MAX_RECORD_BYTES comes as its length.
 local order, descending = ARGV[1], ARGV[2] == '1'
 local prefix, search = ARGV[7], ARGV[8]
 local want_held, want_at_least, want_expired =
@@ -269,7 +292,7 @@ while true do
   local step = time_order and 2 or 1
   local n = #entries / step
   offset = offset + n
-  local names = {}
+  local names, keys = {}, {}
   for i = 1, #entries, step do
     local name, score = entries[i], entries[i + 1]
     examined = examined + 1
@@ -279,15 +302,21 @@ while true do
       -- Same score as the cursor's record: only names past it in the walk's direction.
       if descending then skip = not before(name, after_name) else skip = not before(after_name, name) end
     end
-    if not skip and wanted_name(name) then names[#names + 1] = name end
+    if not skip and wanted_name(name) then
+      names[#names + 1] = name
+      keys[#keys + 1] = score or name
+    end
   end
   if #names > 0 then
     local raws = redis.call('HMGET', KEYS[1], unpack(names))
     for i = 1, #raws do
       local raw = raws[i]
-      if raw and wanted_record(cjson.decode(raw)) then
-        found[#found + 1] = raw
-        if #found > limit then break end
+      if raw then
+        local rec = readable(raw, names[i])
+        if not rec or wanted_record(rec) then
+          found[#found + 1] = {names[i], keys[i], #raw <= MAX_RECORD_BYTES and raw or #raw}
+          if #found > limit then break end
+        end
       end
     end
   end
@@ -308,7 +337,9 @@ if #prefix == 0 and #search == 0 then
   end
 end
 local reply = {status, resume_key, resume_name, total}
-for i = 1, math.min(#found, limit + 1) do reply[#reply + 1] = found[i] end
+for i = 1, math.min(#found, limit + 1) do
+  for j = 1, 3 do reply[#reply + 1] = found[i][j] end
+end
 return reply
 """
 )

@@ -281,8 +281,12 @@ class ProviderContract:
     # -- listing queries -------------------------------------------------------------
 
     def walk(self, provider: LockProvider, query: LockQuery) -> list[LockRecord]:
-        """Every record of ``query``, page after page."""
-        return [record for page in provider.pages(query) for record in page.records]
+        """Every record of ``query``, page after page (all readable: the provider wrote
+        them itself)."""
+        records = [record for page in provider.pages(query) for record in page.records]
+        unreadable = [r for r in records if not isinstance(r, LockRecord)]
+        assert not unreadable, f"the provider could not read records it wrote: {unreadable}"
+        return [r for r in records if isinstance(r, LockRecord)]
 
     def test_query_answers_each_order_both_ways_across_pages(self, provider: LockProvider, name: str) -> None:
         names = [f"{name}/{suffix}" for suffix in ("c", "a", "e", "b", "d")]

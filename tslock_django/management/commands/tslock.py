@@ -4,11 +4,18 @@ Subcommands:
     ``list [--provider A] [--prefix P] [--all | --state S] [--limit N] [--json]``: the
         current locks of every configured provider (or one), read and printed one page
         at a time, so memory stays flat whatever the stores hold; JSON for scripts,
-        never with tokens.
+        never with tokens. A value a store holds that is not a readable record is a row
+        of state ``unknown`` (whatever ``--state`` asks for): the table shows
+        ``unreadable: <reason>`` as its holder and ``-`` for its times; in JSON its
+        ``locked_by``, times and ``remaining_seconds`` are ``null`` and ``unreadable``
+        holds the reason (``null`` on every readable row).
     ``release NAME --provider A [--fencing-token N | --token T] [--yes]``: force-release a
         lock, conditional on the holding when a condition is given; an unconditional
         release asks first (or needs ``--yes``).
-    ``check``: one harmless query per provider; exit status 1 if any fails.
+    ``check``: one harmless query per provider; exit status 1 if any fails. A store
+        that answers, even with an unreadable value under the check's prefix, passes
+        (it is reachable and speaks the protocol); the unreadable value is named in a
+        warning.
     ``purge --expired-for 30d [--provider A] [--dry-run] [--batch-size N]``: delete the
         records that expired longer ago than that (stores that forget expired records
         by themselves say so).
@@ -30,10 +37,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from ...conf import providers
+from ...core.decode import visible
 from ...core.durations import GRAMMAR_HINT, parse_duration
 from ...core.provider import LockProvider
 from ...core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
-from ...core.records import LockRecord
+from ...core.records import ListedRecord, UnreadableRecord
 from ...exceptions import InvalidCursor, InvalidLockProvider, LockProviderError, UnsupportedQuery
 from . import _runtime
 
@@ -45,6 +53,7 @@ STATE_LABELS = {
     "held": "held",
     "held_for_at_least": "held for at-least",
     "expired": "expired",
+    "unknown": "unknown",
 }
 
 #: ``--state`` value -> the query states.
@@ -145,10 +154,10 @@ def _age(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _state(record: LockRecord, now: datetime) -> str:
+def _state(record: ListedRecord, now: datetime) -> str:
     try:
-        return record.state(now)
-    except TypeError:  # naive or missing times from a misbehaving store
+        return record.state(now)  # "unknown" for an UnreadableRecord
+    except TypeError:  # naive times from a custom provider's bug
         return "unknown"
 
 
@@ -334,7 +343,9 @@ class Command(BaseCommand):
                         left -= 1
             except (InvalidLockProvider, LockProviderError, UnsupportedQuery, InvalidCursor) as err:
                 failures += 1
-                self.stderr.write(f"{alias}: {err}")
+                # Written not to hold secrets; control characters a store's words may still
+                # hold are escaped (not backslashes: messages escape with them already).
+                self.stderr.write(visible(f"{alias}: {err}"))
             except Exception as err:  # noqa: BLE001  (report every provider, then fail)
                 failures += 1
                 self.stderr.write(f"{alias}: could not be listed: unexpected {type(err).__name__}")
@@ -344,7 +355,7 @@ class Command(BaseCommand):
 
     def _records(
         self, alias: str, prefix: str, states: frozenset[str], limit: int | None
-    ) -> Iterator[tuple[str, LockRecord, datetime]]:
+    ) -> Iterator[tuple[str, ListedRecord, datetime]]:
         """The records of one provider, by name, one page in memory at a time, each
         with the moment its page was read (what "remaining" is counted from)."""
         store = providers[alias]
@@ -357,7 +368,7 @@ class Command(BaseCommand):
             # What a store could not do is said when it changes, not on every page.
             for note in page.notes:
                 if note not in said:
-                    self.stderr.write(f"{alias}: {note}")
+                    self.stderr.write(visible(f"{alias}: {note}"))
             said = page.notes
             for record in page.records:
                 yield guarantee, record, now
@@ -425,17 +436,26 @@ class Command(BaseCommand):
         for alias in aliases:
             try:
                 store = providers[alias]
-                store.query(LockQuery(prefix=CHECK_PREFIX, limit=1))
+                page = store.query(LockQuery(prefix=CHECK_PREFIX, limit=1))
             except Exception as err:  # noqa: BLE001  (report every provider, then fail)
                 failed.append(alias)
                 reason = (
-                    str(err)
+                    visible(str(err))
                     if isinstance(err, (InvalidLockProvider, LockProviderError))
                     else type(err).__name__
                 )
                 self.stdout.write(f"{alias}: " + self.style.ERROR(f"FAILED: {reason}"))
             else:
                 self.stdout.write(f"{alias}: " + self.style.SUCCESS("ok") + f" ({store.guarantee})")
+                for record in page.records:
+                    if isinstance(record, UnreadableRecord):
+                        self.stdout.write(
+                            f"{alias}: "
+                            + self.style.WARNING(
+                                f"warning: {printable(record.name) or '(no readable name)'}: "
+                                f"{record.locked_by}"
+                            )
+                        )
         if failed:
             raise CommandError(
                 f"{len(failed)} of {len(aliases)} lock provider(s) failed: {', '.join(failed)}",
@@ -548,24 +568,27 @@ class Command(BaseCommand):
 # -- list output ---------------------------------------------------------------------------
 
 
-def _row(alias: str, guarantee: str, record: LockRecord, now: datetime) -> dict[str, Any]:
+def _row(alias: str, guarantee: str, record: ListedRecord, now: datetime) -> dict[str, Any]:
     remaining = (
         (record.lock_until - now).total_seconds()
         if isinstance(record.lock_until, datetime) and timezone.is_aware(record.lock_until)
         else None
     )
+    unreadable = isinstance(record, UnreadableRecord)
     return {
         "provider": alias,
         "guarantee": guarantee,
         "name": record.name,
         "state": _state(record, now),
-        "locked_by": record.locked_by,
+        # The holder of an unreadable value is not known; the table says why instead.
+        "locked_by": None if unreadable else record.locked_by,
         "locked_at": _iso(record.locked_at),
         "lock_until": _iso(record.lock_until),
         "remaining_seconds": remaining,
         "fencing_token": record.fencing_token,
         "token_fingerprint": record.token_fingerprint or None,
         "released": record.released,
+        "unreadable": record.unreadable or None,
         "_record": record,
     }
 
@@ -603,14 +626,14 @@ class _TablePrinter:
         self.pending: list[list[str]] = []
 
     def row(self, row: dict[str, Any]) -> None:
-        record: LockRecord = row["_record"]
+        record: ListedRecord = row["_record"]
         guarantee = " (advisory)" if row["guarantee"] == "advisory" else ""
         remaining = row["remaining_seconds"]
         cells = [
             f"{row['provider']}{guarantee}",
-            printable(str(row["name"])),
+            printable(str(row["name"])) or "(no readable name)",
             STATE_LABELS.get(row["state"], row["state"]),
-            printable(str(row["locked_by"])),
+            printable(record.locked_by),
             _local(record.locked_at, self.zone),
             _local(record.lock_until, self.zone),
             "-" if remaining is None else (f"{int(remaining)}s" if remaining > 0 else "overdue"),

@@ -91,8 +91,12 @@ class _Dialect:
     #: exists (``current``) from the one proposed (``proposed``).
     upsert_target = f"{TABLE} AS held"
     on_conflict_update = "ON CONFLICT (name) DO UPDATE SET"
-    #: How a read takes a shared row lock (a fresh INSERT reads the fencing mark so).
+    #: How a read takes a shared row lock (a fresh INSERT reads the fencing mark so,
+    #: where ``purge_lock`` does not keep it current instead).
     share_lock = ""
+    #: What a purge transaction runs first, where that, rather than the mark's row
+    #: lock, keeps an INSERT from reading an old mark (see ``_purge_batch``).
+    purge_lock: str | None = None
     #: How a read takes an exclusive row lock (purge locks the rows it deletes).
     update_lock = ""
 
@@ -118,6 +122,10 @@ class _Dialect:
         """In an upsert's conflict clause: ``column`` of the row the INSERT proposed."""
         return f"EXCLUDED.{column}"
 
+    def later(self, first: str, second: str) -> str:
+        """The later of two instants."""
+        return f"GREATEST({first}, {second})"
+
     def few(self, term: str) -> str:
         """``term``, marked for the planner as true for few rows where it needs that."""
         return term
@@ -141,7 +149,11 @@ class _Dialect:
 
 
 class _PostgreSQL(_Dialect):
-    share_lock = " FOR SHARE"
+    # A statement takes its table locks before its snapshot: while a purge holds this
+    # one, an acquire waits and then reads the mark the purge committed, with no row
+    # lock on the mark. A row lock there would be taken by every acquire, and on
+    # PostgreSQL, shared by several sessions, it becomes a MultiXact written to disk.
+    purge_lock = f"LOCK TABLE {TABLE} IN SHARE ROW EXCLUSIVE MODE"
     update_lock = " FOR UPDATE"
 
     def now(self) -> str:
@@ -236,6 +248,9 @@ class _SQLite(_Dialect):
         # enough to beat a range on the name.
         return f"likelihood({term}, 0.001)"
 
+    def later(self, first: str, second: str) -> str:
+        return f"max({first}, {second})"  # text of one format: its order is time order
+
     def fold(self, column: str, letters: str) -> str:
         # SQLite's own lower() changes ASCII letters only.
         return f"lower({column})"
@@ -318,10 +333,13 @@ class _Statements:
         taken = f"{epoch('locked_at')}, {epoch('lock_until')}, fencing_token"
         returning = f" RETURNING {taken}" if dialect.update_returning else ""
         # A name new to the table starts above every fencing token purge() deleted. The
-        # mark is read with a shared lock: a purge holds it exclusively from before it
-        # deletes a row until it commits the raised mark, so this read waits for that
-        # and sees the new mark (a plain snapshot read could see the old one). No row
-        # (a `manage.py flush` empties both tables) means nothing was purged since.
+        # mark must be the one a concurrent purge commits, not an older one in this
+        # statement's snapshot: on MySQL the read takes a shared lock, which waits for
+        # the purge that holds the mark's row from before it deletes a row until it
+        # commits the raised mark; PostgreSQL's acquire waits for the purge's table
+        # lock before taking its snapshot (_PostgreSQL.purge_lock); SQLite has one
+        # writer at a time. No row (a `manage.py flush` empties both tables) means
+        # nothing was purged since.
         mark = f"(SELECT mark FROM {FENCE_TABLE} WHERE id = 1{dialect.share_lock})"
         first_token = f"COALESCE({mark}, 0) + 1"
         fields = "name, lock_until, locked_at, locked_by, token, fencing_token"
@@ -377,10 +395,10 @@ class _Statements:
             read_back=f"SELECT {taken} FROM {TABLE} WHERE name = %s AND token = %s",
             # [name]
             read=f"SELECT {columns} FROM {TABLE} WHERE name = %s",
-            # [at_least, now, at_least, now, name, token, now]
+            # [at_least, now, name, token, now]
             unlock=(
-                f"UPDATE {TABLE} SET lock_until = CASE WHEN {instant} > {now} THEN {instant} ELSE {now} END, "
-                f"token = '' WHERE name = %s AND token = %s AND lock_until > {now}"
+                f"UPDATE {TABLE} SET lock_until = {dialect.later(instant, now)}, token = '' "
+                f"WHERE name = %s AND token = %s AND lock_until > {now}"
             ),
             # [until, name, token, now]
             extend=extend,
@@ -641,7 +659,7 @@ class DatabaseLockProvider(LockProvider):
         # extension's "now", plus lock_at_least_for), so it is compared with that clock.
         what = f"unlock {held.name!r}"
         at_least, now = to_epoch_us(held.lock_at_least_until), self._now()
-        params = [at_least, *now, at_least, *now, held.name, token_digest(held.token), *now]
+        params = [at_least, *now, held.name, token_digest(held.token), *now]
         return self._on_connection(what, lambda conn: self._run(conn, what, self._sql.unlock, params)[0] == 1)
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
@@ -897,9 +915,13 @@ class DatabaseLockProvider(LockProvider):
             return count, rows
 
         with self._transaction(conn, what):
-            # The mark's row first: while this transaction holds it, a fresh INSERT
-            # (which reads the mark with a shared lock) waits, so it cannot take a
-            # token from the mark before the rows below are gone and the mark raised.
+            if self._dialect.purge_lock:
+                # PostgreSQL: acquire, unlock and extend wait until this batch commits,
+                # and an acquire that was running has committed before this returns.
+                self._run(conn, what, self._dialect.purge_lock, [])
+            # The mark's row next: while this transaction holds it, a fresh INSERT on
+            # MySQL (which reads the mark with a shared lock) waits, so it cannot take
+            # a token from the mark before the rows below are gone and the mark raised.
             # On SQLite this first write also takes the database's write lock.
             take_mark = f"UPDATE {FENCE_TABLE} SET mark = mark WHERE id = 1"
             if self._run(conn, what, take_mark, [])[0] != 1:

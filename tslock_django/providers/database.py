@@ -363,6 +363,28 @@ class _Statements:
             f"{column} = CASE WHEN {expired} THEN {value} ELSE {current(column)} END"
             for column, value in takeover.items()
         )
+        upsert = (
+            f"INSERT INTO {dialect.upsert_target} ({fields}) {values} "
+            f"{dialect.on_conflict_update} {assignments} RETURNING {columns}"
+        )
+        if isinstance(dialect, _PostgreSQL):
+            # A refusal that writes back the holder's row costs a row lock, a WAL record
+            # and a flushed commit, and queues behind the holder's unlock; with many
+            # processes on one name that is most of the traffic. So first look at the
+            # row as this statement's snapshot has it: if it is held there, that row is
+            # the answer and nothing is written. Only a row that looks free (or none)
+            # goes on to the upsert, which settles any race under the row lock.
+            proposal = f"VALUES (%s, {until}, {now}, %s, %s)"
+            upsert = (
+                f"WITH proposal (name, lock_until, locked_at, locked_by, token) AS ({proposal}), "
+                f"taken AS (INSERT INTO {dialect.upsert_target} ({fields}) "
+                f"SELECT name, lock_until, locked_at, locked_by, token, {first_token} FROM proposal "
+                f"WHERE NOT EXISTS (SELECT FROM {TABLE} AS holder "
+                f"WHERE holder.name = proposal.name AND holder.lock_until > proposal.locked_at) "
+                f"{dialect.on_conflict_update} {assignments} RETURNING {columns}) "
+                f"SELECT * FROM taken UNION ALL SELECT {columns} FROM {TABLE} "
+                f"WHERE name = (SELECT name FROM proposal) AND NOT EXISTS (SELECT FROM taken)"
+            )
         insert = f"INSERT INTO {TABLE} ({fields}) {values}"
         if dialect.update_returning:
             insert += " ON CONFLICT (name) DO NOTHING" + returning
@@ -380,10 +402,7 @@ class _Statements:
             extend += f" RETURNING {epoch('lock_until')}"
         return cls(
             # [name, until, now, locked_by, token]; returns `columns`
-            acquire=(
-                f"INSERT INTO {dialect.upsert_target} ({fields}) {values} "
-                f"{dialect.on_conflict_update} {assignments} RETURNING {columns}"
-            ),
+            acquire=upsert,
             # [until, now, locked_by, token, name, now]
             acquire_update=(
                 f"UPDATE {TABLE} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "

@@ -313,6 +313,8 @@ class _Statements:
     is a parameter, and the parameter lists below follow the placeholders in order."""
 
     acquire: str
+    #: The parameters of ``acquire`` in order, by name (see ``_acquire_on``).
+    acquire_slots: tuple[str, ...]
     acquire_update: str
     acquire_insert: str
     read_back: str
@@ -363,6 +365,7 @@ class _Statements:
             f"{column} = CASE WHEN {expired} THEN {value} ELSE {current(column)} END"
             for column, value in takeover.items()
         )
+        acquire_slots: tuple[str, ...] = ("name", "until", "now", "locked_by", "token")
         upsert = (
             f"INSERT INTO {dialect.upsert_target} ({fields}) {values} "
             f"{dialect.on_conflict_update} {assignments} RETURNING {columns}"
@@ -374,17 +377,15 @@ class _Statements:
             # row as this statement's snapshot has it: if it is held there, that row is
             # the answer and nothing is written. Only a row that looks free (or none)
             # goes on to the upsert, which settles any race under the row lock.
-            proposal = f"VALUES (%s, {until}, {now}, %s, %s)"
             upsert = (
-                f"WITH proposal (name, lock_until, locked_at, locked_by, token) AS ({proposal}), "
-                f"taken AS (INSERT INTO {dialect.upsert_target} ({fields}) "
-                f"SELECT name, lock_until, locked_at, locked_by, token, {first_token} FROM proposal "
-                f"WHERE NOT EXISTS (SELECT FROM {TABLE} AS holder "
-                f"WHERE holder.name = proposal.name AND holder.lock_until > proposal.locked_at) "
+                f"WITH taken AS (INSERT INTO {dialect.upsert_target} ({fields}) "
+                f"SELECT %s, {until}, {now}, %s, %s, {first_token} "
+                f"WHERE NOT EXISTS (SELECT FROM {TABLE} WHERE name = %s AND lock_until > {now}) "
                 f"{dialect.on_conflict_update} {assignments} RETURNING {columns}) "
-                f"SELECT * FROM taken UNION ALL SELECT {columns} FROM {TABLE} "
-                f"WHERE name = (SELECT name FROM proposal) AND NOT EXISTS (SELECT FROM taken)"
+                f"SELECT * FROM taken UNION ALL "
+                f"SELECT {columns} FROM {TABLE} WHERE name = %s AND NOT EXISTS (SELECT FROM taken)"
             )
+            acquire_slots += ("name", "now", "name")
         insert = f"INSERT INTO {TABLE} ({fields}) {values}"
         if dialect.update_returning:
             insert += " ON CONFLICT (name) DO NOTHING" + returning
@@ -401,8 +402,9 @@ class _Statements:
         if dialect.update_returning:
             extend += f" RETURNING {epoch('lock_until')}"
         return cls(
-            # [name, until, now, locked_by, token]; returns `columns`
+            # [acquire_slots]; returns `columns`
             acquire=upsert,
+            acquire_slots=acquire_slots,
             # [until, now, locked_by, token, name, now]
             acquire_update=(
                 f"UPDATE {TABLE} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
@@ -583,7 +585,14 @@ class DatabaseLockProvider(LockProvider):
         # database (MariaDB's default collation would fold the case of raw tokens).
         digest = token_digest(token)
         if self._upsert_returns(conn):
-            params = [name, *self._until(config.lock_at_most_for), *self._now(), self.locked_by, digest]
+            values = {
+                "name": [name],
+                "until": self._until(config.lock_at_most_for),
+                "now": self._now(),
+                "locked_by": [self.locked_by],
+                "token": [digest],
+            }
+            params = [value for slot in self._sql.acquire_slots for value in values[slot]]
             rows = self._run(conn, what, self._sql.acquire, params, fetch=True)[1]
             if not rows:
                 # An upsert always ends with a row; none is a store that misbehaves,

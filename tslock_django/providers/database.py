@@ -5,10 +5,12 @@ name, or takes over the existing row only where it has expired, and returns the 
 it then is: ours when granted, the holder's when refused. Where the server cannot return
 rows from an upsert (MySQL; SQLite before 3.35) acquire is ShedLock's own sequence
 instead: a conditional ``UPDATE`` (take an expired row), an ``INSERT`` whose conflict
-means "held", and a ``SELECT`` of the holder. Unlock and extend are one statement each.
-Deadlines come from the database's clock by default, so web nodes with skewed clocks
-still agree. Locking never deletes
-rows: after release they keep the last holder and the fencing counter, which therefore
+means "held", and a ``SELECT`` of the holder. On PostgreSQL the upsert runs only when the
+statement's snapshot shows the row free, so a refusal there is a read that writes and
+locks nothing. Unlock and extend are one statement each (MySQL's extend hands its new
+deadline back through ``LAST_INSERT_ID``). Deadlines come from the database's clock by
+default, so web nodes with skewed clocks still agree. Locking never deletes rows:
+after release they keep the last holder and the fencing counter, which therefore
 grows monotonically per name. ``purge()`` deletes rows expired longer than a retention
 period, raising the high-water mark in ``tslock_fence`` to their fencing tokens in the
 same transaction; a name inserted afresh starts from that mark, so its tokens still

@@ -59,11 +59,18 @@ def test_quick_bench_runs_every_section(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(output.read_text())
-    assert {"db", "do", "kv", "redis", "admin", "scale", "startup", "targets"} <= set(report)
+    assert {"db", "contention", "do", "kv", "redis", "admin", "scale", "startup", "targets"} <= set(report)
     if os.environ.get("CI"):
         assert report["missing"] == [], "with CI set every section must run"
         assert set(report["db"]) == {"sqlite", "postgres", "mariadb"}
     assert report["do"]["requests_per_operation"]["acquire"] == 1
+    for server, contended in report["contention"].items():
+        for entry in contended["cells"]:
+            tslock = entry["results"]["tslock"]
+            assert tslock["acquisitions_per_s"] > 0, f"{server}: tslock acquired nothing in {entry}"
+            if entry["mode"] == "distinct names":
+                # Nobody shares a name: every attempt is granted.
+                assert tslock["acquisitions_per_s"] == tslock["attempts_per_s"], (server, entry)
     for server, scale in report["scale"].items():
         for size, measured in scale["results"].items():
             assert measured["rows"] == int(size), f"{server}: the table was not filled to {size} rows"

@@ -466,11 +466,11 @@ class TestSQLite(QueryBehaviour):
 
 
 class WaitsForThePurge:
-    """On servers with row locks, a fresh name's INSERT reads the fencing mark with a
-    shared lock, so it waits for a purge batch in progress and starts above the mark
-    that batch commits (a snapshot read would not wait and would see the old mark, so
-    the token would be 1). SQLite has one writer: the INSERT cannot run during a purge
-    transaction at all."""
+    """A fresh name's INSERT waits for a purge batch in progress and starts above the
+    mark that batch commits (a snapshot read that did not wait would see the old mark,
+    so the token would be 1): on MariaDB it reads the mark with a shared lock; on
+    PostgreSQL it waits for the batch's table lock before taking its snapshot. SQLite
+    has one writer: the INSERT cannot run during a purge transaction at all."""
 
     using: str
     blocked_sql: str
@@ -491,7 +491,10 @@ class WaitsForThePurge:
         try:
             with transaction.atomic(using=self.using):
                 with connections[self.using].cursor() as cursor:
-                    # What a purge batch does first: take the mark's row.
+                    # What a purge batch does first: lock the table (PostgreSQL), then
+                    # take the mark's row.
+                    if provider._dialect.purge_lock:
+                        cursor.execute(provider._dialect.purge_lock)
                     cursor.execute("UPDATE tslock_fence SET mark = mark WHERE id = 1")
                 thread.start()
                 deadline = threading.Event()

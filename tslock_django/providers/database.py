@@ -1,9 +1,16 @@
 """``DatabaseLockProvider``: ShedLock's table protocol on any Django database.
 
-Acquire is one conditional ``UPDATE`` (take an expired row) and, when no row exists
-yet, one ``INSERT`` whose conflict means "held". Deadlines come from the database's
-clock by default, so web nodes with skewed clocks still agree. Locking never deletes
-rows: after release they keep the last holder and the fencing counter, which therefore
+Acquire is one statement, granted or refused: an upsert that inserts the row of a new
+name, or takes over the existing row only where it has expired, and returns the row as
+it then is: ours when granted, the holder's when refused. Where the server cannot return
+rows from an upsert (MySQL; SQLite before 3.35) acquire is ShedLock's own sequence
+instead: a conditional ``UPDATE`` (take an expired row), an ``INSERT`` whose conflict
+means "held", and a ``SELECT`` of the holder. On PostgreSQL the upsert runs only when the
+statement's snapshot shows the row free, so a refusal there is a read that writes and
+locks nothing. Unlock and extend are one statement each (MySQL's extend hands its new
+deadline back through ``LAST_INSERT_ID``). Deadlines come from the database's clock by
+default, so web nodes with skewed clocks still agree. Locking never deletes rows:
+after release they keep the last holder and the fencing counter, which therefore
 grows monotonically per name. ``purge()`` deletes rows expired longer than a retention
 period, raising the high-water mark in ``tslock_fence`` to their fencing tokens in the
 same transaction; a name inserted afresh starts from that mark, so its tokens still
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import sqlite3
 import string
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -70,15 +78,27 @@ COUNT_CAP = 10_000
 LIKE_ESCAPE = "!"
 _MICRO = timedelta(microseconds=1)
 _SQLITE_TIME = "'%%Y-%%m-%%d %%H:%%M:%%f'"
+_MYSQL_EPOCH = "'1970-01-01 00:00:00'"
 
 
 class _Dialect:
     """How one vendor writes "now", "now + d", an instant from epoch microseconds, and
     reads a column back as epoch microseconds."""
 
-    returning = True
-    #: How a read takes a shared row lock (a fresh INSERT reads the fencing mark so).
+    #: Whether an ``UPDATE`` can return the row it wrote.
+    update_returning: bool = True
+    #: Whether an upsert can return the row as it ends up (``None``: ask the server).
+    upsert_returning: bool | None = True
+    #: The table as the upsert names it, so the conflict clause can tell the row that
+    #: exists (``current``) from the one proposed (``proposed``).
+    upsert_target = f"{TABLE} AS held"
+    on_conflict_update = "ON CONFLICT (name) DO UPDATE SET"
+    #: How a read takes a shared row lock (a fresh INSERT reads the fencing mark so,
+    #: where ``purge_lock`` does not keep it current instead).
     share_lock = ""
+    #: What a purge transaction runs first, where that, rather than the mark's row
+    #: lock, keeps an INSERT from reading an old mark (see ``_purge_batch``).
+    purge_lock: str | None = None
     #: How a read takes an exclusive row lock (purge locks the rows it deletes).
     update_lock = ""
 
@@ -95,6 +115,18 @@ class _Dialect:
 
     def epoch_us(self, column: str) -> str:
         raise NotImplementedError
+
+    def current(self, column: str) -> str:
+        """In an upsert's conflict clause: ``column`` of the row that exists."""
+        return f"held.{column}"
+
+    def proposed(self, column: str) -> str:
+        """In an upsert's conflict clause: ``column`` of the row the INSERT proposed."""
+        return f"EXCLUDED.{column}"
+
+    def later(self, first: str, second: str) -> str:
+        """The later of two instants."""
+        return f"GREATEST({first}, {second})"
 
     def few(self, term: str) -> str:
         """``term``, marked for the planner as true for few rows where it needs that."""
@@ -119,7 +151,11 @@ class _Dialect:
 
 
 class _PostgreSQL(_Dialect):
-    share_lock = " FOR SHARE"
+    # A statement takes its table locks before its snapshot: while a purge holds this
+    # one, an acquire waits and then reads the mark the purge committed, with no row
+    # lock on the mark. A row lock there would be taken by every acquire, and on
+    # PostgreSQL, shared by several sessions, it becomes a MultiXact written to disk.
+    purge_lock = f"LOCK TABLE {TABLE} IN SHARE ROW EXCLUSIVE MODE"
     update_lock = " FOR UPDATE"
 
     def now(self) -> str:
@@ -142,9 +178,19 @@ class _PostgreSQL(_Dialect):
 class _MySQL(_Dialect):
     # Columns are DATETIME(6) holding UTC wall time; UTC_TIMESTAMP ignores the session
     # time zone, and all arithmetic below is on UTC wall time.
-    returning = False
+    update_returning = False
+    # MariaDB 10.5 and later return rows from an INSERT, an upsert too; MySQL never does.
+    upsert_returning = None
+    upsert_target = TABLE
+    on_conflict_update = "ON DUPLICATE KEY UPDATE"
     share_lock = " LOCK IN SHARE MODE"  # MariaDB has no FOR SHARE
     update_lock = " FOR UPDATE"
+
+    def current(self, column: str) -> str:
+        return column
+
+    def proposed(self, column: str) -> str:
+        return f"VALUES({column})"
 
     def now(self) -> str:
         return "UTC_TIMESTAMP(6)"
@@ -153,10 +199,10 @@ class _MySQL(_Dialect):
         return f"TIMESTAMPADD(MICROSECOND, %s, {base})"
 
     def instant(self) -> str:
-        return self.plus("'1970-01-01 00:00:00'")
+        return self.plus(_MYSQL_EPOCH)
 
     def epoch_us(self, column: str) -> str:
-        return f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {column})"
+        return f"TIMESTAMPDIFF(MICROSECOND, {_MYSQL_EPOCH}, {column})"
 
     def beyond(self, column: str, direction: str) -> tuple[str, int]:
         # MySQL and MariaDB scan a row value comparison whole; expanded, their range
@@ -178,6 +224,9 @@ class _MySQL(_Dialect):
 
 class _SQLite(_Dialect):
     # Text in UTC, as Django stores it; SQLite's clock has millisecond resolution.
+    # RETURNING came with SQLite 3.35; Django 4.2 allows SQLite from 3.21.
+    update_returning = upsert_returning = sqlite3.sqlite_version_info >= (3, 35)
+
     def now(self) -> str:
         return f"strftime({_SQLITE_TIME}, 'now')"
 
@@ -200,6 +249,9 @@ class _SQLite(_Dialect):
         # do on the other databases from their statistics. unlikely() (1 in 16) is not
         # enough to beat a range on the name.
         return f"likelihood({term}, 0.001)"
+
+    def later(self, first: str, second: str) -> str:
+        return f"max({first}, {second})"  # text of one format: its order is time order
 
     def fold(self, column: str, letters: str) -> str:
         # SQLite's own lower() changes ASCII letters only.
@@ -262,6 +314,9 @@ class _Statements:
     only on the vendor and on whose clock decides. Where "now" is the caller's clock it
     is a parameter, and the parameter lists below follow the placeholders in order."""
 
+    acquire: str
+    #: The parameters of ``acquire`` in order, by name (see ``_acquire_on``).
+    acquire_slots: tuple[str, ...]
     acquire_update: str
     acquire_insert: str
     read_back: str
@@ -280,24 +335,78 @@ class _Statements:
         instant = dialect.instant()
         columns = f"name, {epoch('lock_until')}, {epoch('locked_at')}, locked_by, token, fencing_token"
         taken = f"{epoch('locked_at')}, {epoch('lock_until')}, fencing_token"
-        returning = f" RETURNING {taken}" if dialect.returning else ""
+        returning = f" RETURNING {taken}" if dialect.update_returning else ""
         # A name new to the table starts above every fencing token purge() deleted. The
-        # mark is read with a shared lock: a purge holds it exclusively from before it
-        # deletes a row until it commits the raised mark, so this read waits for that
-        # and sees the new mark (a plain snapshot read could see the old one). No row
-        # (a `manage.py flush` empties both tables) means nothing was purged since.
+        # mark must be the one a concurrent purge commits, not an older one in this
+        # statement's snapshot: on MySQL the read takes a shared lock, which waits for
+        # the purge that holds the mark's row from before it deletes a row until it
+        # commits the raised mark; PostgreSQL's acquire waits for the purge's table
+        # lock before taking its snapshot (_PostgreSQL.purge_lock); SQLite has one
+        # writer at a time. No row (a `manage.py flush` empties both tables) means
+        # nothing was purged since.
         mark = f"(SELECT mark FROM {FENCE_TABLE} WHERE id = 1{dialect.share_lock})"
         first_token = f"COALESCE({mark}, 0) + 1"
-        insert = (
-            f"INSERT INTO {TABLE} (name, lock_until, locked_at, locked_by, token, fencing_token) "
-            f"VALUES (%s, {until}, {now}, %s, %s, {first_token})"
+        fields = "name, lock_until, locked_at, locked_by, token, fencing_token"
+        values = f"VALUES (%s, {until}, {now}, %s, %s, {first_token})"
+        # The upsert: a new name is inserted; an existing row is taken over only where
+        # it has expired by the "now" this statement proposed (its locked_at), and is
+        # otherwise written back as it is, so RETURNING always gives the row as it now
+        # stands (ours, or the holder's, read under the row lock: never an older
+        # version). lock_until is assigned last: MySQL evaluates the assignments in
+        # order and would see its new value in the conditions after it.
+        current, proposed = dialect.current, dialect.proposed
+        expired = f"{current('lock_until')} <= {proposed('locked_at')}"
+        takeover = {
+            "fencing_token": f"{current('fencing_token')} + 1",
+            "locked_at": proposed("locked_at"),
+            "locked_by": proposed("locked_by"),
+            "token": proposed("token"),
+            "lock_until": proposed("lock_until"),
+        }
+        assignments = ", ".join(
+            f"{column} = CASE WHEN {expired} THEN {value} ELSE {current(column)} END"
+            for column, value in takeover.items()
         )
-        if dialect.returning:
+        acquire_slots: tuple[str, ...] = ("name", "until", "now", "locked_by", "token")
+        upsert = (
+            f"INSERT INTO {dialect.upsert_target} ({fields}) {values} "
+            f"{dialect.on_conflict_update} {assignments} RETURNING {columns}"
+        )
+        if isinstance(dialect, _PostgreSQL):
+            # A refusal that writes back the holder's row costs a row lock, a WAL record
+            # and a flushed commit, and queues behind the holder's unlock; with many
+            # processes on one name that is most of the traffic. So first look at the
+            # row as this statement's snapshot has it: if it is held there, that row is
+            # the answer and nothing is written. Only a row that looks free (or none)
+            # goes on to the upsert, which settles any race under the row lock.
+            upsert = (
+                f"WITH taken AS (INSERT INTO {dialect.upsert_target} ({fields}) "
+                f"SELECT %s, {until}, {now}, %s, %s, {first_token} "
+                f"WHERE NOT EXISTS (SELECT FROM {TABLE} WHERE name = %s AND lock_until > {now}) "
+                f"{dialect.on_conflict_update} {assignments} RETURNING {columns}) "
+                f"SELECT * FROM taken UNION ALL "
+                f"SELECT {columns} FROM {TABLE} WHERE name = %s AND NOT EXISTS (SELECT FROM taken)"
+            )
+            acquire_slots += ("name", "now", "name")
+        insert = f"INSERT INTO {TABLE} ({fields}) {values}"
+        if dialect.update_returning:
             insert += " ON CONFLICT (name) DO NOTHING" + returning
+        deadline = until
+        if isinstance(dialect, _MySQL):
+            # No UPDATE ... RETURNING: LAST_INSERT_ID(expr) hands the new deadline (in
+            # epoch microseconds) back in the statement's own reply (the cursor's
+            # lastrowid), so extend needs no second statement to read it.
+            deadline = f"TIMESTAMPADD(MICROSECOND, LAST_INSERT_ID({epoch(until)}), {_MYSQL_EPOCH})"
         extend = (
-            f"UPDATE {TABLE} SET lock_until = {until} WHERE name = %s AND token = %s AND lock_until > {now}"
+            f"UPDATE {TABLE} SET lock_until = {deadline} "
+            f"WHERE name = %s AND token = %s AND lock_until > {now}"
         )
+        if dialect.update_returning:
+            extend += f" RETURNING {epoch('lock_until')}"
         return cls(
+            # [acquire_slots]; returns `columns`
+            acquire=upsert,
+            acquire_slots=acquire_slots,
             # [until, now, locked_by, token, name, now]
             acquire_update=(
                 f"UPDATE {TABLE} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
@@ -305,18 +414,18 @@ class _Statements:
             ),
             # [name, until, now, locked_by, token]
             acquire_insert=insert,
-            # [name, token]: MySQL/MariaDB have no UPDATE ... RETURNING
+            # [name, token]: where an UPDATE returns nothing
             read_back=f"SELECT {taken} FROM {TABLE} WHERE name = %s AND token = %s",
             # [name]
             read=f"SELECT {columns} FROM {TABLE} WHERE name = %s",
-            # [at_least, now, at_least, now, name, token, now]
+            # [at_least, now, name, token, now]
             unlock=(
-                f"UPDATE {TABLE} SET lock_until = CASE WHEN {instant} > {now} THEN {instant} ELSE {now} END, "
-                f"token = '' WHERE name = %s AND token = %s AND lock_until > {now}"
+                f"UPDATE {TABLE} SET lock_until = {dialect.later(instant, now)}, token = '' "
+                f"WHERE name = %s AND token = %s AND lock_until > {now}"
             ),
             # [until, name, token, now]
-            extend=extend + (f" RETURNING {epoch('lock_until')}" if dialect.returning else ""),
-            # [name, token]
+            extend=extend,
+            # [name, token]: SQLite before 3.35
             extend_read_back=f"SELECT {epoch('lock_until')} FROM {TABLE} WHERE name = %s AND token = %s",
             # [now, name, now] + [fencing token or token]
             force_unlock=(
@@ -365,6 +474,8 @@ class DatabaseLockProvider(LockProvider):
         self.use_db_time = self.options["use_db_time"]
         self._dialect = _DIALECTS[vendor]()
         self._sql = _Statements.build(self._dialect, self.use_db_time)
+        # Whether acquire is the one upsert (see _upsert_returns; None: not known yet).
+        self._upsert_returning = self._dialect.upsert_returning
         # The SQL of "now" in reads; its parameter (if any) comes from _now().
         self._now_sql = self._dialect.now() if self.use_db_time else self._dialect.instant()
 
@@ -419,11 +530,14 @@ class DatabaseLockProvider(LockProvider):
         params: list[Any],
         *,
         fetch: bool = False,
+        carried: bool = False,
         conflict_means_held: bool = False,
     ) -> tuple[int, list[Any]]:
         """Execute one statement on ``conn``; returns (rowcount, rows), rows only when
         ``fetch`` (the statement returns some: we say so rather than ask the cursor,
-        whose ``description`` psycopg builds anew on every access).
+        whose ``description`` psycopg builds anew on every access) or ``carried`` (on
+        MySQL: one row of the value the statement set with ``LAST_INSERT_ID(expr)``,
+        which comes back in the statement's own reply).
 
         Every database error becomes a ``LockProviderError``, except a unique violation
         of an INSERT (``conflict_means_held``), which is re-raised for the caller.
@@ -431,7 +545,7 @@ class DatabaseLockProvider(LockProvider):
         try:
             with conn.cursor() as cursor:
                 cursor.execute(sql, params)
-                rows = cursor.fetchall() if fetch else []
+                rows = cursor.fetchall() if fetch else [(cursor.lastrowid,)] if carried else []
                 return cursor.rowcount, rows
         except DatabaseError as err:
             if conflict_means_held and isinstance(err, IntegrityError):
@@ -467,14 +581,66 @@ class DatabaseLockProvider(LockProvider):
     def _acquire_on(
         self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration
     ) -> SimpleLock | LockRecord:
-        name, token, sql = config.name, secrets.token_hex(16), self._sql
+        name, token = config.name, secrets.token_hex(16)
         # The table keeps the token's digest only: a SQL log line or a dump of the table
         # is then no key to this holding, and hex digests compare exactly on every
         # database (MariaDB's default collation would fold the case of raw tokens).
         digest = token_digest(token)
+        if self._upsert_returns(conn):
+            values = {
+                "name": [name],
+                "until": self._until(config.lock_at_most_for),
+                "now": self._now(),
+                "locked_by": [self.locked_by],
+                "token": [digest],
+            }
+            params = [value for slot in self._sql.acquire_slots for value in values[slot]]
+            rows = self._run(conn, what, self._sql.acquire, params, fetch=True)[1]
+            if not rows:
+                # An upsert always ends with a row; none is a store that misbehaves,
+                # never "held".
+                raise LockProviderError(f"{what}: the upsert returned no row", alias=self.alias)
+            row = rows[0]
+            if row[4] != digest:  # the row as the holder left it
+                return self._record(row)
+            lock_until, locked_at, fencing = row[1], row[2], row[5]
+        else:
+            taken = self._acquire_in_steps(conn, what, config, digest)
+            if isinstance(taken, LockRecord):
+                return taken
+            locked_at, lock_until, fencing = taken
+        record = LockRecord(
+            name=name,
+            lock_until=self._time(lock_until),
+            locked_at=self._time(locked_at),
+            locked_by=self.locked_by,
+            token=token,
+            fencing_token=int(fencing),
+            provider=self.alias,
+        )
+        return self.handle(record, config)
+
+    def _upsert_returns(self, conn: BaseDatabaseWrapper) -> bool:
+        """Whether this server returns the row of an upsert, so that acquire is one
+        statement. On MySQL and MariaDB that takes the server's version, known once
+        connected; it is asked once per provider."""
+        able = self._upsert_returning
+        if able is None:
+            server: Any = conn
+            able = bool(server.mysql_is_mariadb and server.mysql_version >= (10, 5))
+            self._upsert_returning = able
+        return able
+
+    def _acquire_in_steps(
+        self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration, digest: str
+    ) -> tuple[Any, Any, Any] | LockRecord:
+        """ShedLock's acquire, for servers that cannot return an upsert's row: take an
+        expired row, else insert the row of a new name, else read the holder. Returns
+        ``(locked_at, lock_until, fencing_token)`` when granted, else the holder."""
+        name, sql = config.name, self._sql
         now = self._now()
         params = [*self._until(config.lock_at_most_for), *now, self.locked_by, digest, name, *now]
-        returning = self._dialect.returning
+        returning = self._dialect.update_returning
         count, rows = self._run(conn, what, sql.acquire_update, params, fetch=returning)
         if count != 1:
             params = [name, *self._until(config.lock_at_most_for), *self._now(), self.locked_by, digest]
@@ -498,16 +664,7 @@ class DatabaseLockProvider(LockProvider):
             if not rows:
                 raise LockProviderError(f"{what}: the row written could not be read back", alias=self.alias)
         locked_at, lock_until, fencing = rows[0]
-        record = LockRecord(
-            name=name,
-            lock_until=self._time(lock_until),
-            locked_at=self._time(locked_at),
-            locked_by=self.locked_by,
-            token=token,
-            fencing_token=int(fencing),
-            provider=self.alias,
-        )
-        return self.handle(record, config)
+        return locked_at, lock_until, fencing
 
     def _read(self, conn: BaseDatabaseWrapper, name: str, what: str) -> LockRecord | None:
         rows = self._run(conn, what, self._sql.read, [name], fetch=True)[1]
@@ -532,7 +689,7 @@ class DatabaseLockProvider(LockProvider):
         # extension's "now", plus lock_at_least_for), so it is compared with that clock.
         what = f"unlock {held.name!r}"
         at_least, now = to_epoch_us(held.lock_at_least_until), self._now()
-        params = [at_least, *now, at_least, *now, held.name, token_digest(held.token), *now]
+        params = [at_least, *now, held.name, token_digest(held.token), *now]
         return self._on_connection(what, lambda conn: self._run(conn, what, self._sql.unlock, params)[0] == 1)
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
@@ -540,8 +697,11 @@ class DatabaseLockProvider(LockProvider):
         digest = token_digest(held.token)
         params = [*self._until(config.lock_at_most_for), held.name, digest, *self._now()]
 
+        returning = self._dialect.update_returning
+        carried = self.vendor == "mysql"
+
         def extend(conn: BaseDatabaseWrapper) -> list[Any] | None:
-            count, rows = self._run(conn, what, self._sql.extend, params, fetch=self._dialect.returning)
+            count, rows = self._run(conn, what, self._sql.extend, params, fetch=returning, carried=carried)
             if count != 1:
                 return None
             if rows:
@@ -785,9 +945,13 @@ class DatabaseLockProvider(LockProvider):
             return count, rows
 
         with self._transaction(conn, what):
-            # The mark's row first: while this transaction holds it, a fresh INSERT
-            # (which reads the mark with a shared lock) waits, so it cannot take a
-            # token from the mark before the rows below are gone and the mark raised.
+            if self._dialect.purge_lock:
+                # PostgreSQL: acquire, unlock and extend wait until this batch commits,
+                # and an acquire that was running has committed before this returns.
+                self._run(conn, what, self._dialect.purge_lock, [])
+            # The mark's row next: while this transaction holds it, a fresh INSERT on
+            # MySQL (which reads the mark with a shared lock) waits, so it cannot take
+            # a token from the mark before the rows below are gone and the mark raised.
             # On SQLite this first write also takes the database's write lock.
             take_mark = f"UPDATE {FENCE_TABLE} SET mark = mark WHERE id = 1"
             if self._run(conn, what, take_mark, [])[0] != 1:

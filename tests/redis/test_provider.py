@@ -41,13 +41,15 @@ def config(name: str, at_most: str | float = "5m", at_least: str | float = 0) ->
 def commands_sent(provider: RedisLockProvider, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record every command the provider sends from now on (``SCRIPT LOAD`` as one)."""
     sent: list[str] = []
-    original = provider._execute
+    original = provider._roundtrip
 
-    def counting(*args: Any) -> Any:
-        sent.append(" ".join(str(a) for a in args[:2]) if args[0] == "SCRIPT" else str(args[0]))
-        return original(*args)
+    def counting(packed: bytes) -> Any:
+        # RESP: "*N", then "$len" and the word for each word.
+        words = packed.split(b"\r\n")[2::2]
+        sent.append(" ".join(w.decode() for w in words[:2]) if words[0] == b"SCRIPT" else words[0].decode())
+        return original(packed)
 
-    monkeypatch.setattr(provider, "_execute", counting)
+    monkeypatch.setattr(provider, "_roundtrip", counting)
     return sent
 
 

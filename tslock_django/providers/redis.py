@@ -82,6 +82,11 @@ class RedisLockProvider(LockProvider):
 
     A failover to a replica can lose a lock (asynchronous replication); see the module
     docstring.
+
+    Connections: the provider checks a connection out of the pool (its own, or the
+    cache's) the first time it needs one and keeps it for the next operations, one per
+    thread running an operation at the same moment; :meth:`close` gives them back. A
+    forked child opens its own.
     """
 
     guarantee: ClassVar = "strong"
@@ -416,10 +421,9 @@ class RedisLockProvider(LockProvider):
             name,
             [name, at_most, at_least, token, _json_text(name), self._locked_by_json()],
         )
-        what = f"acquire {name!r}"
         if isinstance(reply, list):  # {1, record}: ours already; {0, record}: the holder's
             acquired, raw = reply
-            record, at_least_us = self._stored(raw, what, with_token=bool(acquired))
+            record, at_least_us = self._stored(raw, f"acquire {name!r}", with_token=bool(acquired))
             if not acquired:
                 return record
             return self.handle(
@@ -440,7 +444,9 @@ class RedisLockProvider(LockProvider):
                 token_fingerprint=fingerprint(token),
             )
         except (ValueError, OverflowError):
-            raise self._malformed(what, f"an answer that is not 'locked_at|fencing': {reply!r:.80}") from None
+            raise self._malformed(
+                f"acquire {name!r}", f"an answer that is not 'locked_at|fencing': {reply!r:.80}"
+            ) from None
         return self.handle(
             record, config, lock_at_least_until=EPOCH + timedelta(microseconds=locked_at + at_least)
         )

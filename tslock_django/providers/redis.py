@@ -394,7 +394,7 @@ class RedisLockProvider(LockProvider):
             name=name,
             lock_until=EPOCH + timedelta(microseconds=lock_until),
             locked_at=EPOCH + timedelta(microseconds=locked_at),
-            locked_by=decode.shown(locked_by),
+            locked_by=locked_by if with_token else decode.shown(locked_by),
             token=token if with_token else "",
             fencing_token=fencing,
             provider=self.alias,

@@ -111,9 +111,7 @@ else
 end
 if not last then error('tslock: a record in ' .. KEYS[1] .. ' was not written by tslock') end
 local locked_at = time_text(now)
--- The clock is ahead of the counter (it always is but for a clock set back), so the
--- token is the time already formatted.
-local fencing = now > last and locked_at or fmt(last + 1)
+local fencing = fmt(math.max(last + 1, now))
 local lock_until = time_text(now + ARGV[2])
 local at_least = ARGV[3] == '0' and locked_at or time_text(now + ARGV[3])
 redis.call('HSET', KEYS[1], name, '{"u":"' .. lock_until .. '","r":0,"l":"' .. at_least .. '","a":"' ..

@@ -1,15 +1,20 @@
 """Lock+unlock cycles per second on Redis (run in its own process).
 
 Usage: ``BENCH_REDIS_URL=redis://127.0.0.1:6379/0 python -m bench.redisbench ROUNDS SECONDS``
-prints one JSON object. Every contender runs on the same redis-py client (the one the
-tslock provider built from the URL, so one connection, sent one command at a time), on
-a free lock, under keys of this run's own prefix that are deleted afterwards:
+prints one JSON object. Every contender runs on the connection pool of the tslock
+provider built from the URL (redis-py ``Connection`` objects, RESP3, one command at a
+time), on a free lock, under keys of this run's own prefix that are deleted afterwards:
 
 - ``tslock``: ``RedisLockProvider.lock()`` then ``SimpleLock.unlock()``: two scripts
-  (the acquire writes the record, the fencing counter and two index entries, the
-  unlock the record and one index entry);
+  (the acquire writes the record and two index entries, the unlock the record and one
+  index entry), on the connection the provider keeps;
 - ``raw``: the floor: ``SET key token NX PX 60000`` and a Lua compare-and-delete run by
-  ``EVALSHA``;
+  ``EVALSHA``, through redis-py's client (which checks a connection out of the pool for
+  each command, as every redis-py user's commands do);
+- ``raw, kept connection``: the same two commands sent the way the provider sends its
+  scripts (packed by it, on the connection it keeps, without redis-py's client layer):
+  what remains between it and ``tslock`` is the scripts' work in Redis and the
+  provider's own Python;
 - ``redis-py Lock``: ``client.lock(name, timeout=60, blocking=False)`` acquire and release
   (the same two commands as the floor, through redis-py's class);
 - ``python-redis-lock``: ``redis_lock.Lock(client, name, expire=60)`` with
@@ -68,6 +73,7 @@ def build(provider: Any, prefix: str) -> dict[str, Any]:
     import redis_lock
 
     from tslock_django import LockConfiguration
+    from tslock_django.providers.redis_scripts import pack
 
     client = provider.client()
     config = LockConfiguration("bench-tslock", "1m")
@@ -78,6 +84,7 @@ def build(provider: Any, prefix: str) -> dict[str, Any]:
             raise RuntimeError("tslock: the free lock was not granted or not released")
 
     release = client.register_script(COMPARE_AND_DELETE)
+    client.script_load(COMPARE_AND_DELETE)
     raw_key = prefix + "raw"
 
     def raw_cycle() -> None:
@@ -86,6 +93,15 @@ def build(provider: Any, prefix: str) -> dict[str, Any]:
             raise RuntimeError("raw: the free lock was not granted")
         if release(keys=[raw_key], args=[token]) != 1:
             raise RuntimeError("raw: the lock was not released")
+
+    kept_key = prefix + "raw-kept"
+
+    def raw_kept_cycle() -> None:
+        token = secrets.token_hex(16)
+        if provider._roundtrip(pack(("SET", kept_key, token, "NX", "PX", 60_000))) is None:
+            raise RuntimeError("raw, kept connection: the free lock was not granted")
+        if provider._roundtrip(pack(("EVALSHA", release.sha, 1, kept_key, token))) != 1:
+            raise RuntimeError("raw, kept connection: the lock was not released")
 
     def redis_py_cycle() -> None:
         lock = client.lock(prefix + "redis-py", timeout=60, blocking=False)
@@ -102,6 +118,7 @@ def build(provider: Any, prefix: str) -> dict[str, Any]:
     return {
         "tslock": tslock_cycle,
         "raw": raw_cycle,
+        "raw, kept connection": raw_kept_cycle,
         "redis-py Lock": redis_py_cycle,
         "python-redis-lock": python_redis_lock_cycle,
     }
@@ -133,7 +150,7 @@ def render(redis: dict[str, Any] | None) -> list[str]:
     for name, r in redis["results"].items():
         ratio = redis["tslock_over"].get(name)
         lines.append(
-            f"  {name:<18} {r['median']:>8.0f} {r['p10']:>7.0f}-{r['p90']:<7.0f} "
+            f"  {name:<21} {r['median']:>8.0f} {r['p10']:>7.0f}-{r['p90']:<7.0f} "
             f"{'' if ratio is None else f'{ratio:.2f}x':>9}"
         )
     return lines

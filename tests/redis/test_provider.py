@@ -26,6 +26,7 @@ from tslock_django.core.query import ALL_STATES, LockQuery
 from tslock_django.exceptions import InvalidLockProvider, LockProviderError
 from tslock_django.providers import redis as redis_provider
 from tslock_django.providers.redis import RedisLockProvider
+from tslock_django.providers.redis_scripts import pack
 
 from .conftest import LOCAL_URL, PASSWORD, MakeProvider, require_local_redis
 from .server import RedisServer
@@ -41,13 +42,15 @@ def config(name: str, at_most: str | float = "5m", at_least: str | float = 0) ->
 def commands_sent(provider: RedisLockProvider, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record every command the provider sends from now on (``SCRIPT LOAD`` as one)."""
     sent: list[str] = []
-    original = provider._execute
+    original = provider._roundtrip
 
-    def counting(*args: Any) -> Any:
-        sent.append(" ".join(str(a) for a in args[:2]) if args[0] == "SCRIPT" else str(args[0]))
-        return original(*args)
+    def counting(packed: bytes) -> Any:
+        # RESP: "*N", then "$len" and the word for each word.
+        words = packed.split(b"\r\n")[2::2]
+        sent.append(" ".join(w.decode() for w in words[:2]) if words[0] == b"SCRIPT" else words[0].decode())
+        return original(packed)
 
-    monkeypatch.setattr(provider, "_execute", counting)
+    monkeypatch.setattr(provider, "_roundtrip", counting)
     return sent
 
 
@@ -194,6 +197,52 @@ def test_every_operation_is_one_round_trip(
     assert sent == ["EVALSHA"] * 6
 
 
+def client_id(provider: RedisLockProvider) -> int:
+    """The Redis client id of the connection the provider's next command goes out on."""
+    return int(provider._roundtrip(pack(("CLIENT", "ID"))))
+
+
+def test_the_provider_keeps_its_connection_and_reconnects_when_redis_closed_it(
+    make_provider: MakeProvider,
+) -> None:
+    provider = make_provider()
+    assert provider.lock(config("kept")) is not None
+    first = client_id(provider)
+    assert provider.lock(config("kept-too")) is not None
+    assert client_id(provider) == first, "one connection, kept between operations"
+    provider.client().client_kill_filter(_id=first)
+    held = provider.lock(config("after-kill"))
+    assert held is not None and held.unlock(), "connected again before sending, not a failure"
+    assert client_id(provider) != first
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_child_does_not_use_its_parents_connection(make_provider: MakeProvider) -> None:
+    provider = make_provider()
+    assert provider.lock(config("parent")) is not None
+    parent_id = client_id(provider)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the id its operations use, then leave at once
+        status = 1
+        try:
+            held = provider.lock(config("child"))
+            if held is not None and held.unlock():
+                os.write(write_end, str(client_id(provider)).encode())
+                status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read_end) as pipe:
+        child_id = pipe.read()
+    assert os.waitstatus_to_exitcode(status) == 0 and child_id
+    assert int(child_id) != parent_id, "the child opened its own connection"
+    held = provider.lock(config("parent-again"))
+    assert held is not None and held.unlock()
+    assert client_id(provider) == parent_id, "the parent's connection was left alone"
+
+
 def test_a_skip_names_the_holder_from_the_same_answer(make_provider: MakeProvider) -> None:
     provider = make_provider()
     held = provider.lock(config("report"))
@@ -294,6 +343,24 @@ def test_fencing_tokens_survive_purge(make_provider: MakeProvider) -> None:
     again = provider.lock(config("purged"))
     assert again is not None and again.fencing_token is not None
     assert again.fencing_token > held.fencing_token
+
+
+def test_a_purged_name_continues_above_its_last_token_even_one_ahead_of_the_clock(
+    make_provider: MakeProvider,
+) -> None:
+    # Tokens follow Redis's clock, so only a token ahead of it (a clock set back) shows
+    # that the purge kept the name's last token rather than the clock covering for it.
+    provider = make_provider()
+    held = provider.lock(config("ahead", 0.05))
+    assert held is not None and held.fencing_token is not None
+    records = provider.options["key_prefix"] + "records"
+    ahead = held.fencing_token + 10**12  # about 11 days past Redis's clock
+    raw = provider.client().hget(records, "ahead").decode()
+    provider.client().hset(records, "ahead", raw.replace(f'"f":"{held.fencing_token}"', f'"f":"{ahead}"'))
+    time.sleep(0.1)
+    assert provider.purge(timedelta(0)) == 1 and provider.list_locks() == []
+    again = provider.lock(config("ahead"))
+    assert again is not None and again.fencing_token == ahead + 1
 
 
 # -- the index --------------------------------------------------------------------------

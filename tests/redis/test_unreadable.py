@@ -217,3 +217,24 @@ def test_tslock_check_passes_and_names_an_unreadable_value_under_its_prefix(
         call_command("tslock", "check", stdout=out)  # no CommandError: the store answered
     text = out.getvalue()
     assert "redis: ok" in text and "warning: __tslock_check__/x: unreadable: a field of" in text
+
+
+def test_a_name_and_holder_written_with_escapes_take_the_full_check_and_still_work(
+    make_provider: MakeProvider,
+) -> None:
+    # The scripts compare the name's JSON and scan locked_by for escapes at fixed
+    # places; JSON with escapes goes to a full decode, which must accept tslock's own.
+    provider = make_provider()
+    provider.locked_by = 'host "a"\\b\n'
+    name = 'quote"back\\slash/é'
+    held = provider.lock(LockConfiguration(name, "1h"))
+    assert held is not None
+    attempt = provider.attempt(LockConfiguration(name, "1h"))  # held, not an error
+    assert attempt.held is None and attempt.holder is not None
+    assert attempt.holder.locked_by == 'host "a"\\b\n'
+    extended = held.extend("2h")
+    assert extended is not None and extended.unlock()
+    again = provider.lock(LockConfiguration(name, "1h"))
+    assert again is not None and provider.force_unlock(name, expected=again.fencing_token)
+    (row,) = provider.query(LockQuery(states=ALL_STATES)).records
+    assert isinstance(row, LockRecord) and row.name == name

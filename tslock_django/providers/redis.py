@@ -18,10 +18,14 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
+import re
 import secrets
+import select
 import threading
+import weakref
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -42,7 +46,7 @@ from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerpri
 from ..core.secrets import scrub
 from ..exceptions import LockProviderError
 from .epoch import EPOCH, MAX_EPOCH_US
-from .redis_scripts import SCRIPTS
+from .redis_scripts import SCRIPTS, Call
 
 _MICROSECOND = timedelta(microseconds=1)
 #: Index entries a listing script reads at most per call: Redis runs one script at a
@@ -79,6 +83,11 @@ class RedisLockProvider(LockProvider):
 
     A failover to a replica can lose a lock (asynchronous replication); see the module
     docstring.
+
+    Connections: the provider checks a connection out of the pool (its own, or the
+    cache's) the first time it needs one and keeps it for the next operations, one per
+    thread running an operation at the same moment; :meth:`close` gives them back. A
+    forked child opens its own.
     """
 
     guarantee: ClassVar = "strong"
@@ -97,12 +106,26 @@ class RedisLockProvider(LockProvider):
         self._records, self._fencing = prefix + "records", prefix + "fencing"
         self._by_name, self._by_until = prefix + "by-name", prefix + "by-lock-until"
         self._by_at = prefix + "by-locked-at"
+        # The lock operations' commands, packed up to their arguments.
+        self._acquire_call = SCRIPTS["acquire"].on(
+            [self._records, self._fencing, self._by_name, self._by_until, self._by_at]
+        )
+        self._unlock_call = SCRIPTS["unlock"].on([self._records, self._by_until])
+        self._extend_call = SCRIPTS["extend"].on([self._records, self._by_until])
+        self._force_release_call = SCRIPTS["force_release"].on([self._records, self._by_until])
+        self._purge_call = SCRIPTS["purge"].on(
+            [self._records, self._fencing, self._by_name, self._by_until, self._by_at]
+        )
         self._redis_client: redis.Redis | None = None
         self._mutex = threading.Lock()
         self._pool: redis.ConnectionPool | None = None
+        #: Connections kept between operations (see ``_roundtrip``), one per thread
+        #: running an operation at the same moment.
+        self._kept: list[_Kept] = []
         self._locked_by_cache = ("", '""')
         if self.options["url"] is not None:
             self._pool = self._url_pool(str(self.options["url"]))
+        _LIVE_PROVIDERS.add(self)
 
     # -- options -------------------------------------------------------------------
 
@@ -245,11 +268,19 @@ class RedisLockProvider(LockProvider):
         return client
 
     def close(self) -> None:
-        """Close this provider's own connections (a shared cache's stay open)."""
+        """Close this provider's own connections and give back those it kept from a
+        shared cache's pool (which stay open)."""
         with self._mutex:
             self._redis_client = None
-            if self._pool is not None:
-                self._pool.disconnect()
+            kept, self._kept = self._kept, []
+        for connection in kept:
+            connection.pool.release(connection.connection)
+        if self._pool is not None:
+            self._pool.disconnect()
+
+    def _forget_connections(self) -> None:
+        """In a forked child: the kept connections' sockets are the parent's."""
+        self._kept = []
 
     def _failure(self, what: str, err: redis.RedisError) -> LockProviderError:
         """The ``LockProviderError`` for a redis-py failure: what happened and what to
@@ -272,7 +303,7 @@ class RedisLockProvider(LockProvider):
             )
         if isinstance(err, redis.ConnectionError):
             return f"could not talk to Redis ({detail}); is the server up and the URL right?"
-        if "not one tslock wrote" in detail:
+        if "not one tslock wrote" in str(err):  # the full text: detail may be cut short
             # A script met a value under this lock's name that is not a record (see
             # readable() in redis_scripts): nobody can be said to hold it or not.
             return (
@@ -290,33 +321,43 @@ class RedisLockProvider(LockProvider):
             )
         return f"Redis answered an error ({detail})"
 
-    def _execute(self, *args: object) -> Any:
-        """Send one command on a connection of the client's pool and read its answer.
+    def _roundtrip(self, packed: bytes) -> Any:
+        """Send one packed command and read its answer.
 
         This is redis-py's connection layer without its client layer: the client would
         retry after a lost answer (a lock write must reach the caller as a failure, not
-        run twice) and instruments every command, which costs more than the round trip
-        itself on a local network."""
-        pool = self.client().connection_pool
-        connection: Any = pool.get_connection()
+        run twice) and instruments every command. And the connection is kept between
+        operations instead of being checked out of the pool for each: the pool's
+        checkout (locks, metrics, and a test of the socket in three system calls) costs
+        about as much as Redis spends running the script. :class:`_Kept` makes the
+        same test in one ``poll``."""
         try:
-            connection.send_packed_command([_pack(args)])
-            return connection.read_response()
+            kept = self._kept.pop()
+        except IndexError:
+            pool = self.client().connection_pool
+            kept = _Kept(pool, pool.get_connection())
+        connection = kept.connection
+        try:
+            kept.ready()
+            connection.send_packed_command([packed], check_health=False)
+            reply = connection.read_response()
         except redis.ResponseError:
-            raise  # an answer, read in full: the connection stays usable
+            self._kept.append(kept)  # an answer, read in full: the connection stays usable
+            raise
         except BaseException:
             # Interrupted between sending and reading: a late answer must not be read
-            # as the answer to the next command.
+            # as the answer to the next command. The next use connects again.
             connection.disconnect()
+            self._kept.append(kept)
             raise
-        finally:
-            pool.release(connection)
+        self._kept.append(kept)
+        return reply
 
-    def _run(self, script: str, what: str, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+    def _run(self, call: Call, what: str, name: str, args: Sequence[object]) -> Any:
         """Run one script; ``what`` and ``name`` describe the operation for a message
         (formatted only when there is a failure to report)."""
         try:
-            return SCRIPTS[script].run(self._execute, keys, args)
+            return call.run(self._roundtrip, args)
         except redis.RedisError as err:
             raise self._failure(f"{what} {name!r}" if name else what, err) from err
 
@@ -329,43 +370,11 @@ class RedisLockProvider(LockProvider):
             alias=self.alias,
         )
 
-    def _holding(
-        self, reply: object, name: str, what: str, *, with_token: bool
-    ) -> tuple[LockRecord, datetime]:
-        """The holding an acquire or extend script returned (see ``holding`` in
-        ``redis_scripts``) as a record of ``name``, and its at-least deadline."""
-        try:
-            text = reply.decode() if isinstance(reply, bytes) else str(reply)
-            until, at, at_least, fencing, state, token, locked_by = text.split("|", 6)
-            if max(len(until), len(at), len(at_least), len(fencing)) > decode.MAX_NUMBER_CHARS:
-                raise ValueError("a number is too long")
-            lock_until, locked_at, least = int(until), int(at), int(at_least)
-            released = int(state) != 0
-            if not (
-                0 <= lock_until <= MAX_EPOCH_US
-                and 0 <= locked_at <= MAX_EPOCH_US
-                and 0 <= least <= MAX_EPOCH_US
-            ):
-                raise ValueError("a time is out of range")
-            record = LockRecord(
-                name=name,
-                lock_until=EPOCH + timedelta(microseconds=lock_until),
-                locked_at=EPOCH + timedelta(microseconds=locked_at),
-                locked_by=decode.shown(locked_by),
-                token=token if with_token else "",
-                fencing_token=int(fencing),
-                provider=self.alias,
-                released=released,
-                token_fingerprint=fingerprint(token) if token else "",
-            )
-        except (ValueError, UnicodeDecodeError) as err:
-            raise self._malformed(what, str(err) or "not a holding") from None
-        return record, EPOCH + timedelta(microseconds=least)
-
-    def _listed(self, name: str, raw: object) -> LockRecord:
-        """The record stored for ``name`` as the query script sent it (JSON, see
-        ``redis_scripts``; an int is the size of a value too large to send), without
-        its token.
+    def _stored(self, name: str, raw: object, *, with_token: bool = False) -> tuple[LockRecord, int]:
+        """The record stored for ``name`` (JSON in the fixed layout, see
+        ``redis_scripts``; an int is the size of a value too large to send), with its
+        token only when ``with_token`` (the caller's own holding), and its at-least
+        deadline in epoch microseconds.
 
         Raises:
             decode.Unreadable: what is wrong with it (never quoting the value).
@@ -382,7 +391,7 @@ class RedisLockProvider(LockProvider):
         if not isinstance(data, dict):
             raise decode.Unreadable("the value is not a JSON object")
         try:
-            numbers = [data["u"], data["a"], data["f"]]
+            numbers = [data["u"], data["a"], data["f"], data["l"]]
             stored_name, locked_by, token, state = data["n"], data["b"], data["t"], data["r"]
         except KeyError as err:
             raise decode.Unreadable(f"the field {err.args[0]!r} is missing") from None
@@ -392,24 +401,48 @@ class RedisLockProvider(LockProvider):
             raise decode.Unreadable(
                 f"a time or the fencing token has more than {decode.MAX_NUMBER_CHARS} digits"
             )
-        lock_until, locked_at, fencing = (int(n) for n in numbers)
+        lock_until, locked_at, fencing, at_least = (int(n) for n in numbers)
         texts_ok = isinstance(stored_name, str) and isinstance(locked_by, str) and isinstance(token, str)
         if not texts_ok or isinstance(state, bool) or state not in (0, 1, 2):
             raise decode.Unreadable("a field has the wrong type")
-        if not (0 <= lock_until <= MAX_EPOCH_US and 0 <= locked_at <= MAX_EPOCH_US):
+        if not (
+            0 <= lock_until <= MAX_EPOCH_US
+            and 0 <= locked_at <= MAX_EPOCH_US
+            and 0 <= at_least <= MAX_EPOCH_US
+        ):
             raise decode.Unreadable("a time is out of range")
         if stored_name != name:
             raise decode.Unreadable("the record names another lock than the one it is stored under")
-        return LockRecord(
+        if not _HEAD.match(_text(raw)):
+            # The scripts read records at fixed places (see redis_scripts): one in
+            # another layout is refused there, so it is unreadable here too.
+            raise decode.Unreadable("the value is not in the fixed layout tslock writes")
+        record = LockRecord(
             name=name,
             lock_until=EPOCH + timedelta(microseconds=lock_until),
             locked_at=EPOCH + timedelta(microseconds=locked_at),
-            locked_by=decode.shown(locked_by),
+            locked_by=locked_by if with_token else decode.shown(locked_by),
+            token=token if with_token else "",
             fencing_token=fencing,
             provider=self.alias,
             released=state != 0,
             token_fingerprint=fingerprint(token) if token else "",
         )
+        return record, at_least
+
+    def _held_record(self, what: str, name: str, raw: object, *, with_token: bool) -> tuple[LockRecord, int]:
+        """:meth:`_stored` for a record an acquire or extend script sent back. The
+        scripts check a record's layout (see ``redis_scripts``); one that passes there
+        and still cannot be read here is refused just the same, never read as held."""
+        try:
+            return self._stored(name, raw, with_token=with_token)
+        except decode.Unreadable as err:
+            raise LockProviderError(
+                f"{what}: Redis holds a value for this lock in {self._records!r} that was written by "
+                f"something else ({err}), so whether it is held cannot be told; delete that field of "
+                "the hash (HDEL) or use another key_prefix",
+                alias=self.alias,
+            ) from None
 
     def _row(self, raw_name: object, raw: object) -> ListedRecord:
         """One listed record, or the unreadable row of a value that is not one (named
@@ -422,7 +455,7 @@ class RedisLockProvider(LockProvider):
                 name = raw_name
             else:
                 raise decode.Unreadable("its name in the index is too long or not a string")
-            return self._listed(name, raw)
+            return self._stored(name, raw)[0]
         except (decode.Unreadable, UnicodeError) as err:
             problem = "its name in the index is not UTF-8" if isinstance(err, UnicodeError) else str(err)
             return UnreadableRecord(
@@ -442,45 +475,65 @@ class RedisLockProvider(LockProvider):
     # -- the primitives --------------------------------------------------------------
 
     def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
-        acquired, raw = self._run(
+        name, token = config.name, secrets.token_hex(16)
+        at_most, at_least = max(1, _us(config.lock_at_most_for)), _us(config.lock_at_least_for)
+        reply = self._run(
+            self._acquire_call,
             "acquire",
-            "acquire",
-            config.name,
-            [self._records, self._fencing, self._by_name, self._by_until, self._by_at],
-            [
-                config.name,
-                max(1, _us(config.lock_at_most_for)),
-                _us(config.lock_at_least_for),
-                self.locked_by,
-                secrets.token_hex(16),
-                _json_text(config.name),
-                self._locked_by_json(),
-            ],
+            name,
+            [name, at_most, at_least, token, _json_text(name), self._locked_by_json()],
         )
-        what = f"acquire {config.name!r}"
-        if not acquired:
-            return self._holding(raw, config.name, what, with_token=False)[0]
-        record, at_least_until = self._holding(raw, config.name, what, with_token=True)
-        return self.handle(record, config, lock_at_least_until=at_least_until)
+        if isinstance(reply, list):  # {1, record}: ours already; {0, record}: the holder's
+            acquired, raw = reply
+            record, at_least_us = self._held_record(f"acquire {name!r}", name, raw, with_token=bool(acquired))
+            if not acquired:
+                return record
+            return self.handle(
+                record, config, lock_at_least_until=EPOCH + timedelta(microseconds=at_least_us)
+            )
+        # Acquired: "locked_at|fencing"; the rest is what this call sent.
+        try:
+            at, fencing = _text(reply).split("|")
+            locked_at = int(at)
+            record = LockRecord(
+                name=name,
+                lock_until=EPOCH + timedelta(microseconds=locked_at + at_most),
+                locked_at=EPOCH + timedelta(microseconds=locked_at),
+                locked_by=self.locked_by,
+                token=token,
+                fencing_token=int(fencing),
+                provider=self.alias,
+                token_fingerprint=fingerprint(token),
+            )
+        except (ValueError, OverflowError):
+            raise self._malformed(
+                f"acquire {name!r}", f"an answer that is not 'locked_at|fencing': {reply!r:.80}"
+            ) from None
+        return self.handle(
+            record, config, lock_at_least_until=EPOCH + timedelta(microseconds=locked_at + at_least)
+        )
 
     def _unlock(self, held: SimpleLock) -> bool:
-        released = self._run(
-            "unlock", "unlock", held.name, [self._records, self._by_until], [held.name, held.token]
-        )
-        return bool(released)
+        args = [held.name, held.token, _json_text(held.name)]
+        return bool(self._run(self._unlock_call, "unlock", held.name, args))
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         raw = self._run(
-            "extend",
+            self._extend_call,
             "extend",
             held.name,
-            [self._records, self._by_until],
-            [held.name, held.token, max(1, _us(config.lock_at_most_for)), _us(config.lock_at_least_for)],
+            [
+                held.name,
+                held.token,
+                max(1, _us(config.lock_at_most_for)),
+                _us(config.lock_at_least_for),
+                _json_text(held.name),
+            ],
         )
         if raw is None:
             return None
-        record, at_least_until = self._holding(raw, held.name, f"extend {held.name!r}", with_token=True)
-        return self.handle(record, config, lock_at_least_until=at_least_until)
+        record, at_least_us = self._held_record(f"extend {held.name!r}", held.name, raw, with_token=True)
+        return self.handle(record, config, lock_at_least_until=EPOCH + timedelta(microseconds=at_least_us))
 
     def _force_unlock(self, name: str, expected: int | str | None) -> bool:
         if expected is None:
@@ -490,7 +543,7 @@ class RedisLockProvider(LockProvider):
         else:
             kind, value = "token", expected
         released = self._run(
-            "force_release", "force-release", name, [self._records, self._by_until], [name, kind, value]
+            self._force_release_call, "force-release", name, [name, kind, value, _json_text(name)]
         )
         return bool(released)
 
@@ -512,10 +565,9 @@ class RedisLockProvider(LockProvider):
                 after_key, after_name = str(key), name
         states = "".join("1" if s in query.states else "0" for s in ("held", "at_least", "expired"))
         reply = self._run(
-            "query",
+            SCRIPTS["query"].on([self._records, index, self._by_name, self._by_until]),
             what,
             "",
-            [self._records, index, self._by_name, self._by_until],
             [
                 query.order,
                 "1" if query.descending else "0",
@@ -605,13 +657,12 @@ class RedisLockProvider(LockProvider):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
         batch = min(batch_size, MAX_PURGE_BATCH)
-        keys = [self._records, self._by_name, self._by_until, self._by_at]
         args = [_us(expired_for), batch]
         if dry_run:
-            return int(self._run("purge", "purge (dry run)", "", keys, [*args, "1"]))
+            return int(self._run(self._purge_call, "purge (dry run)", "", [*args, "1"]))
         deleted = 0
         while True:
-            count = int(self._run("purge", "purge", "", keys, [*args, "0"]))
+            count = int(self._run(self._purge_call, "purge", "", [*args, "0"]))
             deleted += count
             if count < batch:
                 return deleted
@@ -624,22 +675,62 @@ def _json_text(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _pack(args: Sequence[object]) -> bytes:
-    """One command in the Redis protocol (RESP): an array of bulk strings. Three times
-    cheaper than redis-py's general packer, which matters at two commands per lock."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        else:
-            raise TypeError(f"cannot send a {type(arg).__name__} to Redis")
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
+#: The fixed start of a record (see ``redis_scripts``), up to the name: the scripts read
+#: the times, state and fencing token at these places.
+_HEAD = re.compile(
+    r'\{"u":"[0-9]{16}","r":[012],"l":"[0-9]{16}","a":"[0-9]{16}","f":"[0-9]{1,20}","t":"[^"\\]*","n":'
+)
 
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _Kept:
+    """A connection checked out of the pool once and kept by a provider, with a
+    ``poll`` on its socket: before each command, one system call that does not wait
+    tells whether the server closed the connection (a restart, an idle timeout) or
+    left bytes on it; either way it is connected again before anything is sent, as the
+    pool does on checkout."""
+
+    __slots__ = ("_poll", "_socket", "connection", "pool")
+
+    def __init__(self, pool: redis.ConnectionPool, connection: Any) -> None:
+        self.pool, self.connection = pool, connection
+        self._socket: Any = None
+        self._poll: Any = None
+
+    def ready(self) -> None:
+        connection = self.connection
+        sock = getattr(connection, "_sock", None)
+        if sock is not None and sock is not self._socket:
+            self._watch(sock)
+        if sock is None or self._readable():
+            connection.disconnect()
+            connection.connect()
+            self._watch(getattr(connection, "_sock", None))
+
+    def _watch(self, sock: Any) -> None:
+        self._socket = sock
+        if _HAS_POLL and sock is not None:
+            self._poll = select.poll()
+            self._poll.register(sock, select.POLLIN)
+
+    def _readable(self) -> bool:
+        if _HAS_POLL:
+            return bool(self._poll.poll(0))
+        return bool(select.select([self._socket], [], [], 0)[0])  # pragma: no cover - Windows
+
+
+_HAS_POLL = hasattr(select, "poll")
+#: Providers whose kept connections a forked child must not use (they are the parent's).
+_LIVE_PROVIDERS: weakref.WeakSet[RedisLockProvider] = weakref.WeakSet()
+
+
+def _forget_kept_connections() -> None:
+    for provider in list(_LIVE_PROVIDERS):
+        provider._forget_connections()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_kept_connections)

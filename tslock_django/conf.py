@@ -2,15 +2,17 @@
 and the provider URL form.
 
 Settings are read lazily (on first use of an alias), never at import, and the built
-providers are dropped when ``TSLOCK_PROVIDERS`` or ``DATABASES`` is replaced (as
-``override_settings`` and pytest-django's ``settings`` fixture do), so tests can change
-them. That is noticed on the next lookup, not through Django's ``setting_changed``
-signal: the signal lives in ``django.test``, whose import would cost every command's
-start more than all of tslock does.
+providers are dropped when ``TSLOCK_PROVIDERS`` or ``DATABASES`` changes, so tests can
+change them: on Django's ``setting_changed`` signal, and on the next lookup when either
+setting is another object than the providers were built from. The signal lives in
+``django.test``, whose import would cost every command's start more than all of tslock
+does, so tslock never imports it: it listens once something else has (a test runner
+always has, before the first test).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -113,6 +115,13 @@ class ProviderHandler:
         # The settings objects the instances were built from (held, so that "is" cannot
         # be fooled by a new object at a freed one's address).
         self._built_from: tuple[Any, Any] | None = None
+        self._listening = False
+
+    def _listen(self) -> None:
+        from django.test.signals import setting_changed
+
+        self._listening = True
+        setting_changed.connect(_on_setting_changed, dispatch_uid="tslock_django.conf.reset")
 
     def __getitem__(self, alias: str) -> LockProvider:
         current = (getattr(settings, SETTING, None), getattr(settings, "DATABASES", None))
@@ -121,6 +130,8 @@ class ProviderHandler:
             if built_from is not None:
                 self.reset()
             self._built_from = current
+        if not self._listening and "django.test.signals" in sys.modules:
+            self._listen()
         instance = self._instances.get(alias)
         if instance is not None:
             return instance
@@ -188,6 +199,11 @@ class ProviderHandler:
 
 #: The single handler; use it through ``tslock_django.providers``.
 providers = ProviderHandler()
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in (SETTING, "DATABASES"):
+        providers.reset()
 
 
 # -- the URL form -------------------------------------------------------------------

@@ -155,29 +155,35 @@ def test_check_deploy_imports_every_command_and_reports_each_once(tmp_path: Path
     assert result.stdout.strip().splitlines()[-1] == "[] ['tslock.E006']"
 
 
-def test_a_plain_command_imports_no_other_command_module_because_of_tslock() -> None:
-    """tslock's checks run at every command start (`check` runs exactly those); they
-    must not import the project's commands (and everything those import), which Django
-    itself never does. tests.settings installs tests.lockapp, whose commands are locked."""
-    root = Path(__file__).resolve().parent.parent
+def after_a_check(expression: str) -> str:
+    """``manage.py check`` in a fresh process (tests.settings), then ``expression`` printed
+    there (``sys`` imported)."""
     script = (
         "import sys\n"
         "from django.core.management import execute_from_command_line\n"
         "execute_from_command_line(['manage.py', 'check'])\n"
-        "loaded = sorted(m for m in sys.modules\n"
-        "                if '.management.commands.' in m and not m.startswith('django.'))\n"
-        "print('LOADED', loaded)\n"
+        f"print('VALUE', {expression})\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script],
-        cwd=root,
+        cwd=Path(__file__).resolve().parent.parent,
         env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "tests.settings"},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "LOADED []"
+    return result.stdout.strip().splitlines()[-1].removeprefix("VALUE ")
+
+
+def test_a_plain_command_imports_no_other_command_module_because_of_tslock() -> None:
+    """tslock's checks run at every command start (`check` runs exactly those); they
+    must not import the project's commands (and everything those import), which Django
+    itself never does. tests.settings installs tests.lockapp, whose commands are locked."""
+    loaded = after_a_check(
+        "sorted(m for m in sys.modules if '.management.commands.' in m and not m.startswith('django.'))"
+    )
+    assert loaded == "[]"
 
 
 @pytest.mark.parametrize("flag", ["true", "1", "yes", "on", True])
@@ -197,21 +203,6 @@ def test_the_acknowledgement_reads_like_the_option(flag: object) -> None:
 
 def test_a_command_start_does_not_import_django_test_because_of_tslock() -> None:
     """django.test (where Django's setting_changed signal lives) costs a command's start
-    more than all of tslock; providers notice replaced settings on lookup instead."""
-    root = Path(__file__).resolve().parent.parent
-    script = (
-        "import sys\n"
-        "from django.core.management import execute_from_command_line\n"
-        "execute_from_command_line(['manage.py', 'check'])\n"
-        "print('IMPORTED', sorted(m for m in ('django.test', 'django.test.signals') if m in sys.modules))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=root,
-        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "tests.settings"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "IMPORTED []"
+    more than all of tslock; providers listen to it only once something else imported it."""
+    imported = after_a_check("sorted(m for m in ('django.test', 'django.test.signals') if m in sys.modules)")
+    assert imported == "[]"

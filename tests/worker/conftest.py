@@ -8,6 +8,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,6 +16,18 @@ import pytest
 from tests.conftest import require_node
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.export import WORKER_DIR
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def fixture_worker(folder: Path, fixture: str, variables: dict[str, str]) -> LocalWorker:
+    """A (not yet started) LocalWorker running ``fixtures/<fixture>``, a test-only wrapper
+    of the shipped Worker: both are copied into ``folder``, since the wrapper imports
+    ``./index.js``."""
+    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
+    shutil.copy(FIXTURES / fixture, folder / fixture)
+    return LocalWorker(script=folder / fixture, variables=variables)
 
 
 @pytest.fixture

@@ -6,23 +6,20 @@ faults come from a test-only subclass of the shipped index (fixtures/index_fault
 from __future__ import annotations
 
 import random
-import shutil
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import require_node
+from tests.worker.conftest import fixture_worker
 from tests.worker.test_worker_listing import acquire, client, query, wait_until
 from tslock_django.testing.worker_runtime import LocalWorker
-from tslock_django.worker.export import WORKER_DIR
 
-FAULTS = Path(__file__).parent / "fixtures" / "index_faults.js"
 # Generous: the alarm re-sends after 1 s, then 2 s and 4 s; this only bounds a hung test.
 CONVERGED = 20.0
 
@@ -31,9 +28,7 @@ CONVERGED = 20.0
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorker]:
     require_node()
     folder = tmp_path_factory.mktemp("faults")
-    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
-    shutil.copy(FAULTS, folder / "faults.js")
-    with LocalWorker(script=folder / "faults.js", variables={"TSLOCK_INDEX_SHARDS": "1"}) as worker:
+    with fixture_worker(folder, "index_faults.js", {"TSLOCK_INDEX_SHARDS": "1"}) as worker:
         yield worker
 
 
@@ -184,16 +179,12 @@ def test_sixteen_clients_churning_the_same_names_converge(sharded: LocalWorker) 
 
 # -- reconciliation: the repair path when a lock object's reports stopped for good ----------
 
-REPAIR = Path(__file__).parent / "fixtures" / "index_repair.js"
-
 
 @pytest.fixture(scope="module")
 def repairing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorker]:
     require_node()
     folder = tmp_path_factory.mktemp("repair")
-    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
-    shutil.copy(REPAIR, folder / "repair.js")
-    with LocalWorker(script=folder / "repair.js", variables={"TSLOCK_INDEX_SHARDS": "1"}) as worker:
+    with fixture_worker(folder, "index_repair.js", {"TSLOCK_INDEX_SHARDS": "1"}) as worker:
         yield worker
 
 

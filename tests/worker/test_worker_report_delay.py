@@ -7,7 +7,6 @@ Reports are counted by the test-only index of fixtures/index_faults.js (one shar
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,19 +17,16 @@ import httpx
 import pytest
 
 from tests.conftest import require_node
+from tests.worker.conftest import fixture_worker
 from tests.worker.test_worker_listing import acquire, client, query, wait_until
 from tslock_django.testing.worker_runtime import LocalWorker
-from tslock_django.worker.export import WORKER_DIR
 
-FAULTS = Path(__file__).parent / "fixtures" / "index_faults.js"
 DELAY_MS = 1500
 
 
 def start(folder: Path, delay: str) -> LocalWorker:
-    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
-    shutil.copy(FAULTS, folder / "faults.js")
     variables = {"TSLOCK_INDEX_SHARDS": "1", "TSLOCK_REPORT_DELAY_MS": delay}
-    return LocalWorker(script=folder / "faults.js", variables=variables)
+    return fixture_worker(folder, "index_faults.js", variables)
 
 
 @pytest.fixture(scope="module")

@@ -168,6 +168,13 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         if data:
             ratio = data["tslock_over"]["raw-sql"]
             found[f"{server}: tslock >= {floor}x raw-sql"] = _target(ratio, floor, ">=")
+            if "tslock, prepared" in data["results"]:
+                prepared = (
+                    data["results"]["tslock, prepared"]["median"] / data["results"]["raw-sql"]["median"]
+                )
+                found[f"{server}: tslock with prepared statements >= {floor}x raw-sql"] = _target(
+                    prepared, floor, ">="
+                )
     pg = report.get("db", {}).get("postgres")
     if pg:
         found["postgres: tslock >= 2x django-db-mutex"] = _target(

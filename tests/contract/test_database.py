@@ -66,3 +66,17 @@ class TestSQLiteWithoutReturning(InSteps):
 class TestMySQLPathOnMariaDB(InSteps):
     using = "mariadb"
     pytestmark = database_marks("mariadb", "MariaDB at 127.0.0.1:3306")
+
+
+class TestPostgreSQLPrepared(DatabaseContract):
+    """PostgreSQL with the fixed statements prepared (``prepared_statements=True``)."""
+
+    using = "postgres"
+    pytestmark = database_marks("postgres", "PostgreSQL at 127.0.0.1:5432")
+
+    @pytest.fixture
+    def provider(self) -> Iterator[DatabaseLockProvider]:
+        provider = DatabaseLockProvider(f"db-{self.using}", using=self.using, prepared_statements=True)
+        assert provider.prepares
+        yield provider
+        provider.close()

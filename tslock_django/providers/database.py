@@ -38,6 +38,7 @@ provider refuses instead, with a message that says so.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import sqlite3
@@ -52,7 +53,7 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..core.configuration import LockConfiguration
-from ..core.provider import LockProvider, SimpleLock
+from ..core.provider import FALSE_WORDS, TRUE_WORDS, LockProvider, SimpleLock
 from ..core.query import ALL_STATES, ListingSupport, LockQuery, StorePage, fold
 from ..core.records import LockRecord, token_digest
 from ..exceptions import InvalidCursor, LockProviderError
@@ -258,6 +259,52 @@ class _SQLite(_Dialect):
         return f"lower({column})"
 
 
+def _prepares(connection: BaseDatabaseWrapper, wanted: bool | None) -> bool:
+    """Whether the provider's fixed statements run as server-side prepared statements
+    on ``connection``: only PostgreSQL through psycopg 3 offers them (psycopg2, pymysql
+    and mysqlclient do not; Python's sqlite3 keeps a statement cache of its own)."""
+    if connection.vendor != "postgresql" or wanted is False:
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        return False
+    return wanted or connection.settings_dict.get("OPTIONS", {}).get("prepare_threshold") is not None
+
+
+#: psycopg prepares nothing on a connection whose ``prepare_threshold`` is ``None``
+#: (Django's default), even when asked to; a threshold that no statement reaches lets
+#: the provider ask for its own statements while every other query stays as Django
+#: configured it (never prepared by itself).
+_ONLY_WHEN_ASKED = 2**62
+
+
+@functools.cache
+def _preparing_cursor_class() -> type:
+    """A psycopg 3 cursor that prepares every statement it executes."""
+    import psycopg
+
+    class PreparingCursor(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            return super().execute(query, params, **{**kwargs, "prepare": True})
+
+    return PreparingCursor
+
+
+def _prepared_cursor(conn: BaseDatabaseWrapper) -> Any:
+    """A cursor on ``conn`` that runs its statements prepared: psycopg parses and plans
+    each once per connection and afterwards sends only its parameters. Wrapped as
+    Django wraps its own cursors, so database errors, ``execute_wrapper`` hooks and
+    the query log see these statements like any other."""
+    conn.ensure_connection()
+    raw: Any = conn.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = _ONLY_WHEN_ASKED
+    cursor = _preparing_cursor_class()(raw)
+    conn.validate_thread_sharing()
+    return conn.make_debug_cursor(cursor) if conn.queries_logged else conn.make_cursor(cursor)
+
+
 _DIALECTS: dict[str, type[_Dialect]] = {"postgresql": _PostgreSQL, "mysql": _MySQL, "sqlite": _SQLite}
 
 
@@ -444,10 +491,22 @@ class DatabaseLockProvider(LockProvider):
         use_db_time: decide expiry on the database's clock (default ``True``); with
             ``False`` the provider's ``ClockProvider`` decides (tests with a
             ``MutableClock``).
+        prepared_statements: on PostgreSQL with psycopg 3, run acquire, unlock, extend
+            and force release as server-side prepared statements, parsed and planned
+            once per connection (on other databases and drivers it changes nothing).
+            ``None`` (the default) follows the database: on when its ``OPTIONS`` set
+            psycopg's ``prepare_threshold``, as Django's documentation has you do where
+            prepared statements are safe, off otherwise. ``True`` or ``False`` decides
+            for the provider alone. Leave it off behind a transaction-pooling PgBouncer
+            older than 1.21, which hands one session's prepared statements to another.
     """
 
     guarantee: ClassVar = "strong"
-    default_options: ClassVar[dict[str, Any]] = {"using": "default", "use_db_time": True}
+    default_options: ClassVar[dict[str, Any]] = {
+        "using": "default",
+        "use_db_time": True,
+        "prepared_statements": None,
+    }
     max_key_bytes: ClassVar[int] = 255
     listing: ClassVar[ListingSupport] = ListingSupport(total=True)
 
@@ -470,7 +529,17 @@ class DatabaseLockProvider(LockProvider):
                 f"= {self.using!r} is a {vendor} database; the database provider supports "
                 f"{', '.join(sorted(_DIALECTS))}",
             )
+        prepared = self.options["prepared_statements"]
+        if isinstance(prepared, str):  # from a settings URL's query string
+            word = prepared.strip().lower()
+            prepared = True if word in TRUE_WORDS else False if word in FALSE_WORDS else prepared
+        if prepared is not None and not isinstance(prepared, bool):
+            raise self.option_error(
+                "prepared_statements", f"must be None (follow the database), True or False, got {prepared!r}"
+            )
         self.vendor = vendor
+        #: Whether the fixed statements run prepared (see the option).
+        self.prepares = _prepares(connections[self.using], prepared)
         self.use_db_time = self.options["use_db_time"]
         self._dialect = _DIALECTS[vendor]()
         self._sql = _Statements.build(self._dialect, self.use_db_time)
@@ -532,6 +601,7 @@ class DatabaseLockProvider(LockProvider):
         fetch: bool = False,
         carried: bool = False,
         conflict_means_held: bool = False,
+        prepared: bool = False,
     ) -> tuple[int, list[Any]]:
         """Execute one statement on ``conn``; returns (rowcount, rows), rows only when
         ``fetch`` (the statement returns some: we say so rather than ask the cursor,
@@ -539,11 +609,18 @@ class DatabaseLockProvider(LockProvider):
         MySQL: one row of the value the statement set with ``LAST_INSERT_ID(expr)``,
         which comes back in the statement's own reply).
 
+        ``prepared`` marks the provider's fixed statements (acquire, unlock, extend,
+        force release): where the provider prepares (``self.prepares``) they run as
+        prepared statements on the caller's connection. Never on a connection of our
+        own: it serves one operation, and a statement's first run there would cost a
+        second round trip to prepare it.
+
         Every database error becomes a ``LockProviderError``, except a unique violation
         of an INSERT (``conflict_means_held``), which is re-raised for the caller.
         """
         try:
-            with conn.cursor() as cursor:
+            shared = conn is connections[self.using]
+            with _prepared_cursor(conn) if prepared and self.prepares and shared else conn.cursor() as cursor:
                 cursor.execute(sql, params)
                 rows = cursor.fetchall() if fetch else [(cursor.lastrowid,)] if carried else []
                 return cursor.rowcount, rows
@@ -595,7 +672,7 @@ class DatabaseLockProvider(LockProvider):
                 "token": [digest],
             }
             params = [value for slot in self._sql.acquire_slots for value in values[slot]]
-            rows = self._run(conn, what, self._sql.acquire, params, fetch=True)[1]
+            rows = self._run(conn, what, self._sql.acquire, params, fetch=True, prepared=True)[1]
             if not rows:
                 # An upsert always ends with a row; none is a store that misbehaves,
                 # never "held".
@@ -690,7 +767,9 @@ class DatabaseLockProvider(LockProvider):
         what = f"unlock {held.name!r}"
         at_least, now = to_epoch_us(held.lock_at_least_until), self._now()
         params = [at_least, *now, held.name, token_digest(held.token), *now]
-        return self._on_connection(what, lambda conn: self._run(conn, what, self._sql.unlock, params)[0] == 1)
+        return self._on_connection(
+            what, lambda conn: self._run(conn, what, self._sql.unlock, params, prepared=True)[0] == 1
+        )
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         what = f"extend {held.name!r}"
@@ -701,7 +780,9 @@ class DatabaseLockProvider(LockProvider):
         carried = self.vendor == "mysql"
 
         def extend(conn: BaseDatabaseWrapper) -> list[Any] | None:
-            count, rows = self._run(conn, what, self._sql.extend, params, fetch=returning, carried=carried)
+            count, rows = self._run(
+                conn, what, self._sql.extend, params, fetch=returning, carried=carried, prepared=True
+            )
             if count != 1:
                 return None
             if rows:
@@ -734,7 +815,9 @@ class DatabaseLockProvider(LockProvider):
             sql, params = sql + " AND fencing_token = %s", [*params, expected]
         elif isinstance(expected, str):
             sql, params = sql + " AND token = %s", [*params, token_digest(expected)]
-        return self._on_connection(what, lambda conn: self._run(conn, what, sql, params)[0] == 1)
+        return self._on_connection(
+            what, lambda conn: self._run(conn, what, sql, params, prepared=True)[0] == 1
+        )
 
     # -- listing --------------------------------------------------------------------
 

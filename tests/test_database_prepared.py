@@ -1,0 +1,116 @@
+"""Prepared statements on PostgreSQL (``prepared_statements``): which provider prepares,
+that its statements are prepared on the server once per connection while every other
+query stays as Django configured it, and that they still go through Django's cursor
+wrapper (statement hooks, errors)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from tests.conftest import database_marks
+from tslock_django import InvalidLockProvider, LockConfiguration
+from tslock_django.providers.database import DatabaseLockProvider
+
+pytestmark = database_marks("postgres", "PostgreSQL at 127.0.0.1:5432")
+
+
+def server_prepared(using: str = "postgres") -> list[str]:
+    """The statements prepared on the server in this connection's session."""
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.fixture
+def fresh_connection() -> Iterator[None]:
+    """Each test starts on a new session: no statement prepared yet."""
+    connections["postgres"].close()
+    yield
+    connections["postgres"].close()
+
+
+def test_the_option_follows_the_database_unless_told() -> None:
+    options = dict(connections["postgres"].settings_dict.get("OPTIONS", {}))
+    assert DatabaseLockProvider("a", using="postgres").prepares is ("prepare_threshold" in options)
+    assert DatabaseLockProvider("b", using="postgres", prepared_statements=True).prepares is True
+    assert DatabaseLockProvider("c", using="postgres", prepared_statements=False).prepares is False
+    # Only PostgreSQL through psycopg 3 offers them: elsewhere the option changes nothing.
+    assert DatabaseLockProvider("d", using="default", prepared_statements=True).prepares is False
+    # As a settings URL's query string gives it.
+    assert DatabaseLockProvider("e", using="postgres", prepared_statements="true").prepares is True
+    assert DatabaseLockProvider("f", using="postgres", prepared_statements="off").prepares is False
+
+
+def test_a_database_that_sets_prepare_threshold_turns_them_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings_dict = connections["postgres"].settings_dict
+    monkeypatch.setitem(
+        settings_dict, "OPTIONS", {**settings_dict.get("OPTIONS", {}), "prepare_threshold": 5}
+    )
+    assert DatabaseLockProvider("a", using="postgres").prepares is True
+    assert DatabaseLockProvider("b", using="postgres", prepared_statements=False).prepares is False
+
+
+@pytest.mark.parametrize("bad", ["maybe", 1, 0])
+def test_a_value_other_than_none_true_or_false_is_refused(bad: Any) -> None:
+    with pytest.raises(
+        InvalidLockProvider,
+        match=r"OPTIONS\['prepared_statements'\] must be None \(follow the database\), True or False",
+    ):
+        DatabaseLockProvider("db", using="postgres", prepared_statements=bad)
+
+
+def test_the_fixed_statements_are_prepared_once_and_nothing_else_is(fresh_connection: None) -> None:
+    provider = DatabaseLockProvider("db", using="postgres", prepared_statements=True)
+    for _ in range(3):
+        held = provider.lock(LockConfiguration("prepared", "1m"))
+        assert held is not None
+        extended = held.extend("2m")
+        assert extended is not None and extended.unlock() is True
+    assert provider.force_unlock("prepared", expected=None) is False  # already released
+    prepared = server_prepared()
+    assert len(prepared) == 4, prepared  # acquire, extend, unlock, force release: once each
+    assert any("INSERT INTO tslock_lock" in text for text in prepared)
+    assert any(
+        text.startswith("UPDATE tslock_lock SET lock_until") and "RETURNING" in text for text in prepared
+    )
+    # A query of the project's on the same connection is not prepared behind its back.
+    with connections["postgres"].cursor() as cursor:
+        for _ in range(10):
+            cursor.execute("SELECT count(*) FROM tslock_lock WHERE name = %s", ["prepared"])
+            assert cursor.fetchone() == (1,)
+    assert len(server_prepared()) == 4
+
+
+def test_without_the_option_nothing_is_prepared(fresh_connection: None) -> None:
+    provider = DatabaseLockProvider("db", using="postgres", prepared_statements=False)
+    held = provider.lock(LockConfiguration("unprepared", "1m"))
+    assert held is not None and held.unlock() is True
+    assert server_prepared() == []
+
+
+def test_prepared_statements_pass_through_django_hooks(fresh_connection: None) -> None:
+    provider = DatabaseLockProvider("db", using="postgres", prepared_statements=True)
+    seen: list[str] = []
+
+    def hook(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connections["postgres"].execute_wrapper(hook):
+        held = provider.lock(LockConfiguration("hooked", "1m"))
+        assert held is not None and held.unlock() is True
+    assert len(seen) == 2 and seen[0].lstrip().startswith("WITH taken")
+
+
+def test_inside_a_transaction_the_private_connection_prepares_nothing(fresh_connection: None) -> None:
+    from django.db import transaction
+
+    provider = DatabaseLockProvider("db", using="postgres", prepared_statements=True)
+    with transaction.atomic(using="postgres"):
+        held = provider.lock(LockConfiguration("in-atomic-prepared", "1m"))
+        assert held is not None and held.unlock() is True
+    assert server_prepared() == []

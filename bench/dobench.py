@@ -8,6 +8,7 @@ counted by that wrapper on the client side (the Worker does not count requests).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import statistics
 import tempfile
@@ -166,9 +167,17 @@ def run_index(rounds: int, seconds: float, sizes: tuple[int, ...]) -> dict[str, 
         with shipped, at_once, bare:
             workers = {"with index": shipped, "reports at once": at_once, "no index": bare}
             lock_path = _lock_path(workers, rounds, seconds)
-        filler = LocalWorker(script=_variant(root / "fill", "fill.js"), variables=shipped_vars)
-        with filler:
-            listing = _listing(filler, sizes, rounds)
+        # One Worker per size, filled once, then measured in alternation: both sizes see
+        # the machine's load alike (measured one after the other, a burst of load during
+        # either distorts the ratio).
+        with contextlib.ExitStack() as stack:
+            fillers = {
+                size: stack.enter_context(
+                    LocalWorker(script=_variant(root / f"fill-{size}", "fill.js"), variables=shipped_vars)
+                )
+                for size in sizes
+            }
+            listing = _listing(fillers, rounds)
     return {
         **lock_path,
         "listing": listing,
@@ -304,49 +313,52 @@ def _fill(api: httpx.Client, start: int, stop: int, now_ms: int, shards: int) ->
         answer.raise_for_status()
 
 
-def _listing(worker: Any, sizes: tuple[int, ...], rounds: int) -> dict[str, Any]:
+def _listing(workers: dict[int, Any], rounds: int) -> dict[str, Any]:
+    """A prefix page and the admin's first page on Workers whose index holds each size,
+    timed in alternation between the sizes (the order flips every round)."""
     from tslock_django.core.query import LockQuery
 
-    provider = _provider(worker, "listing")
     pages = {
         "prefix page": LockQuery(prefix="fill/03/", limit=100),
         "admin first page": LockQuery(order="name", limit=100),
     }
-    found: dict[str, Any] = {}
-    filled = 0
+    sizes = sorted(workers)
+    providers = {size: _provider(worker, f"listing-{size}") for size, worker in workers.items()}
+    found: dict[str, Any] = {str(size): {} for size in sizes}
+    timings: dict[int, dict[str, list[float]]] = {size: {label: [] for label in pages} for size in sizes}
     try:
-        with httpx.Client(
-            base_url=worker.url, headers={"Authorization": f"Bearer {worker.token}"}, timeout=600
-        ) as api:
-            for size in sizes:
+        for size, worker in workers.items():
+            with httpx.Client(
+                base_url=worker.url, headers={"Authorization": f"Bearer {worker.token}"}, timeout=600
+            ) as api:
                 started = time.perf_counter()
-                _fill(
-                    api, filled, size, int(time.time() * 1000), int(worker.variables["TSLOCK_INDEX_SHARDS"])
-                )
-                fill_s = time.perf_counter() - started
-                filled = size
-                found[str(size)] = {"fill_seconds": round(fill_s, 2)}
+                _fill(api, 0, size, int(time.time() * 1000), int(worker.variables["TSLOCK_INDEX_SHARDS"]))
+                found[str(size)]["fill_seconds"] = round(time.perf_counter() - started, 2)
+            for label, query in pages.items():
+                # The provider's store call (one request, decoded and checked), without
+                # the signed cursor, which needs Django settings and costs the same at
+                # any size.
+                page = providers[size]._query(query, None)
+                if len(page.records) != 100 or not page.more:
+                    raise RuntimeError(
+                        f"{label} at {size}: {len(page.records)} records; the fill did not land"
+                    )
+        for round_ in range(max(rounds, 5) * 3):
+            for size in sizes if round_ % 2 == 0 else sizes[::-1]:
                 for label, query in pages.items():
-                    # The provider's store call (one request, decoded and checked), without
-                    # the signed cursor, which needs Django settings and costs the same at
-                    # any size.
-                    page = provider._query(query, None)
-                    if len(page.records) != 100 or not page.more:
-                        raise RuntimeError(
-                            f"{label} at {size}: {len(page.records)} records; the fill did not land"
-                        )
-                    timings = []
-                    for _ in range(max(rounds, 5) * 3):
-                        t0 = time.perf_counter()
-                        provider._query(query, None)
-                        timings.append((time.perf_counter() - t0) * 1000)
-                    found[str(size)][label] = {
-                        "median_ms": statistics.median(timings),
-                        "p10_ms": percentile(timings, 0.1),
-                        "p90_ms": percentile(timings, 0.9),
-                    }
+                    t0 = time.perf_counter()
+                    providers[size]._query(query, None)
+                    timings[size][label].append((time.perf_counter() - t0) * 1000)
     finally:
-        provider.close()
+        for provider in providers.values():
+            provider.close()
+    for size in sizes:
+        for label, values in timings[size].items():
+            found[str(size)][label] = {
+                "median_ms": statistics.median(values),
+                "p10_ms": percentile(values, 0.1),
+                "p90_ms": percentile(values, 0.9),
+            }
     small, large = found[str(sizes[0])], found[str(sizes[-1])]
     found["large_over_small"] = {
         label: large[label]["median_ms"] / small[label]["median_ms"] for label in pages

@@ -11,7 +11,13 @@ import pytest
 from django.core.checks import Error
 from django.test import override_settings
 
-from tslock_django.checks import check_database_app, check_database_table, check_keep_alive, check_providers
+from tslock_django.checks import (
+    check_database_app,
+    check_database_table,
+    check_keep_alive,
+    check_providers,
+    check_providers_by_building,
+)
 
 DB = "tslock_django.providers.database.DatabaseLockProvider"
 KV = "tslock_django.providers.cloudflare_kv.KVLockProvider"
@@ -155,14 +161,22 @@ def test_check_deploy_imports_every_command_and_reports_each_once(tmp_path: Path
     assert result.stdout.strip().splitlines()[-1] == "[] ['tslock.E006']"
 
 
-def after_a_check(expression: str) -> str:
-    """``manage.py check`` in a fresh process (tests.settings), then ``expression`` printed
-    there (``sys`` imported)."""
+def run_check(expression: str, *options: str, providers: object = None) -> tuple[int, str, str]:
+    """``manage.py check OPTIONS`` in a fresh process (tests.settings, with
+    ``TSLOCK_PROVIDERS = providers`` unless ``None``), then ``expression`` evaluated there
+    (``sys`` imported): the exit status, stderr and the value printed."""
     script = (
         "import sys\n"
-        "from django.core.management import execute_from_command_line\n"
-        "execute_from_command_line(['manage.py', 'check'])\n"
+        "from django.conf import settings\n"
+        + ("" if providers is None else f"settings.TSLOCK_PROVIDERS = {providers!r}\n")
+        + "from django.core.management import execute_from_command_line\n"
+        "try:\n"
+        f"    execute_from_command_line(['manage.py', 'check', *{list(options)!r}])\n"
+        "    status = 0\n"
+        "except SystemExit as exit:\n"
+        "    status = exit.code\n"
         f"print('VALUE', {expression})\n"
+        "sys.exit(status)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script],
@@ -172,8 +186,16 @@ def after_a_check(expression: str) -> str:
         text=True,
         timeout=120,
     )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip().splitlines()[-1].removeprefix("VALUE ")
+    value = result.stdout.strip().splitlines()[-1].removeprefix("VALUE ") if result.stdout.strip() else ""
+    return result.returncode, result.stderr, value
+
+
+def after_a_check(expression: str) -> str:
+    """``manage.py check`` in a fresh process (tests.settings), then ``expression`` printed
+    there (``sys`` imported)."""
+    status, stderr, value = run_check(expression)
+    assert status == 0, stderr
+    return value
 
 
 def test_a_plain_command_imports_no_other_command_module_because_of_tslock() -> None:
@@ -206,3 +228,96 @@ def test_a_command_start_does_not_import_django_test_because_of_tslock() -> None
     more than all of tslock; providers listen to it only once something else imported it."""
     imported = after_a_check("sorted(m for m in ('django.test', 'django.test.signals') if m in sys.modules)")
     assert imported == "[]"
+
+
+#: One provider of every kind of store, each one as a project would configure it.
+EVERY_KIND = {
+    "default": {"BACKEND": DB},
+    "elsewhere": {"BACKEND": DB, "OPTIONS": {"using": "unreachable"}},  # PostgreSQL: psycopg
+    "edge": {
+        "BACKEND": "tslock_django.providers.cloudflare_do.DurableObjectLockProvider",
+        "OPTIONS": {"url": "https://locks.example.com", "token": "t" * 32},
+    },
+    "kv": KV_PROVIDER,
+    "redis": {
+        "BACKEND": "tslock_django.providers.redis.RedisLockProvider",
+        "OPTIONS": {"url": "redis://127.0.0.1:6379/0"},
+    },
+}
+#: What a command's start must not import because of tslock's checks: the provider
+#: modules and the libraries they import (httpx, redis-py, PostgreSQL's driver).
+NOT_AT_START = (
+    "tslock_django.providers.database",
+    "tslock_django.providers.cloudflare_do",
+    "tslock_django.providers.cloudflare_kv",
+    "tslock_django.providers.redis",
+    "httpx",
+    "redis",
+    "psycopg",
+)
+IMPORTED = f"sorted(m for m in {NOT_AT_START!r} if m in sys.modules)"
+#: A URL the settings allow and redis-py refuses (socket_timeout is not a number).
+ODD_REDIS_URL = "redis://127.0.0.1:6379/0?socket_timeout=soon"
+
+
+def test_a_plain_command_imports_no_provider_module_with_every_kind_of_store() -> None:
+    """The checks at a command's start read OPTIONS from settings; they build no
+    provider, so a command that is not decorated loads no store's code."""
+    status, stderr, imported = run_check(IMPORTED, providers=EVERY_KIND)
+    assert status == 0, stderr
+    assert imported == "[]"
+
+
+def test_manage_py_check_reports_bad_options_of_every_store_without_importing_it() -> None:
+    bad = {
+        "default": {"BACKEND": DB, "OPTIONS": {"colour": "red"}},
+        "elsewhere": {"BACKEND": DB, "OPTIONS": {"using": "nowhere"}},
+        "edge": {**EVERY_KIND["edge"], "OPTIONS": {"url": "https://user:pw@locks.example.com", "token": "t"}},
+        "kv": {**KV_PROVIDER, "OPTIONS": {**KV_PROVIDER["OPTIONS"], "timeout": -1}},
+        "redis": {**EVERY_KIND["redis"], "OPTIONS": {"url": "redis://:Secret7@127.0.0.1/db"}},
+    }
+    status, stderr, imported = run_check(IMPORTED, providers=bad)
+    assert status == 1
+    assert stderr.count("tslock.E003") == 5, stderr
+    for fragment in (
+        "TSLOCK_PROVIDERS['default']: unknown OPTIONS key(s) 'colour' for DatabaseLockProvider",
+        "TSLOCK_PROVIDERS['elsewhere'] OPTIONS['using'] = 'nowhere' is not a database alias",
+        "TSLOCK_PROVIDERS['edge'] OPTIONS['url'] must not contain credentials",
+        "TSLOCK_PROVIDERS['kv'] OPTIONS['timeout'] must be a number of seconds between 0 and 300",
+        "TSLOCK_PROVIDERS['redis'] OPTIONS['url'] has a path that is not a database number",
+    ):
+        assert fragment in stderr
+    assert "Secret7" not in stderr
+    assert imported == "[]"
+
+
+def test_check_deploy_builds_the_built_in_providers() -> None:
+    """What only a store's client library can tell waits for `check --deploy`, which
+    builds each provider (no connection opens): redis-py's reading of a URL's query."""
+    odd = {"default": {"BACKEND": DB}, "redis": {**EVERY_KIND["redis"], "OPTIONS": {"url": ODD_REDIS_URL}}}
+    status, stderr, imported = run_check(IMPORTED, providers=odd)
+    assert status == 0, stderr
+    assert imported == "[]"
+    status, stderr, imported = run_check(IMPORTED, "--deploy", providers=odd)
+    assert status == 1
+    assert stderr.count("tslock.E003") == 1, stderr
+    assert "OPTIONS['url'] could not be read by redis-py" in stderr
+    assert "tslock_django.providers.redis" in imported
+
+
+def test_check_deploy_reports_a_missing_client_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if redis-py were not installed: the provider's module then refuses to import.
+    monkeypatch.setitem(sys.modules, "redis", None)
+    monkeypatch.delitem(sys.modules, "tslock_django.providers.redis", raising=False)
+    with override_settings(TSLOCK_PROVIDERS={"default": EVERY_KIND["redis"]}):
+        assert check_providers() == []
+        messages = check_providers_by_building()
+    assert ids(messages) == ["tslock.E002"]
+    assert "pip install 'tslock-django[redis]'" in messages[0].msg
+
+
+def test_check_deploy_does_not_report_refused_options_twice() -> None:
+    bad = {"default": {"BACKEND": DB, "OPTIONS": {"colour": "red"}}, "kv": {"BACKEND": KV}}
+    with override_settings(TSLOCK_PROVIDERS=bad):
+        assert ids(check_providers()) == ["tslock.E003", "tslock.E005"]
+        assert check_providers_by_building() == []

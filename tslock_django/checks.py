@@ -1,9 +1,22 @@
 """System checks (``manage.py check``), with stable ids. No network calls: the database
 table check runs only with ``check --database``.
 
+Django runs the checks without a tag at the start of every management command, so they
+must cost next to nothing: under 1 ms, which ``python -m bench --only startup`` measures
+in a fresh process (``checks_time``). Like Django's own cache checks, they read settings
+and build nothing there: the OPTIONS of a built-in provider are read by
+:mod:`tslock_django.providers.options`, the same code its constructor runs, without
+importing the provider's module, httpx, redis-py or a database driver. A third-party
+BACKEND is imported and built, the only way to learn what it accepts. ``check --deploy``
+also builds the built-in providers, which imports their client libraries. Building a
+provider opens no connection.
+
 - tslock.E001: TSLOCK_PROVIDERS is malformed.
-- tslock.E002: a BACKEND cannot be imported or is not a LockProvider.
-- tslock.E003: a provider's OPTIONS are wrong (unknown key, missing key, bad value).
+- tslock.E002: a BACKEND cannot be imported or is not a LockProvider; for a built-in
+  one, with ``--deploy``, also a client library it needs (httpx, redis-py) missing.
+- tslock.E003: a provider's OPTIONS are wrong (unknown key, missing key, bad value);
+  with ``--deploy``, also what only the client library reads (redis-py: the query
+  string of a Redis URL).
 - tslock.E004: no "default" provider.
 - tslock.E005: the Workers KV provider without acknowledge_advisory_lock=True.
 - tslock.E006: keep-alive on a store that cannot extend that often (KV, lock_at_most_for < 2 s):
@@ -17,14 +30,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.core.checks import CheckMessage, Error, Tags, register
+from django.views.decorators.debug import sensitive_variables
 
-from .conf import DATABASE_BACKEND, KV_BACKEND, SETTING, backend_class, provider_settings
-from .core.provider import TRUE_WORDS
+from .conf import DATABASE_BACKEND, KV_BACKEND, SETTING, backend_class, provider_arguments, provider_settings
 from .exceptions import InvalidLockProvider
+
+if TYPE_CHECKING:
+    from .providers.options import StoreOptions
 
 #: The database provider's tables: the locks, and the fencing mark that purge keeps.
 TABLES = ("tslock_lock", "tslock_fence")
@@ -39,7 +55,12 @@ def _entries() -> tuple[dict[str, dict[str, Any]] | None, list[CheckMessage]]:
 
 @register()
 def check_providers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Every provider imports and accepts its OPTIONS; "default" exists."""
+    """Every provider accepts its OPTIONS (a built-in one read without importing it, any
+    other built); "default" exists."""
+    # Imported here rather than with this module: a process that never runs the checks
+    # (a web server's worker) does not load it, and its cost counts as the checks' own.
+    from .providers.options import BUILT_IN
+
     entries, errors = _entries()
     if entries is None:
         return errors
@@ -65,18 +86,64 @@ def check_providers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
                 )
             )
             continue
-        try:
-            cls = backend_class(alias, entry["BACKEND"])
-        except InvalidLockProvider as err:
-            errors.append(Error(str(err), id="tslock.E002"))
-            continue
-        try:
-            cls(alias, **entry["OPTIONS"])
-        except InvalidLockProvider as err:
-            errors.append(Error(str(err), id="tslock.E003"))
-        except (TypeError, ValueError) as err:
-            errors.append(Error(f"{SETTING}[{alias!r}]: {err}", id="tslock.E003"))
+        store = BUILT_IN.get(entry["BACKEND"])
+        if store is not None:
+            errors.extend(_check_built_in(alias, store, entry["OPTIONS"]))
+        else:
+            errors.extend(_check_by_building(alias, entry["BACKEND"], entry["OPTIONS"]))
     return errors
+
+
+@register(deploy=True)
+def check_providers_by_building(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``manage.py check --deploy``: also build each built-in provider whose OPTIONS
+    passed (building opens no connection). That imports its module and client library,
+    which reports a library that is not installed (E002) and what only the library reads
+    in the OPTIONS, such as redis-py and a Redis URL's query string (E003)."""
+    from .providers.options import BUILT_IN
+
+    entries, _ = _entries()
+    if not entries:
+        return []
+    errors: list[CheckMessage] = []
+    for alias, entry in entries.items():
+        store = BUILT_IN.get(entry["BACKEND"])
+        # Third-party providers were built by check_providers; a refused entry (E003,
+        # E005) has been reported by it already.
+        if store is None or _check_built_in(alias, store, entry["OPTIONS"]):
+            continue
+        errors.extend(_check_by_building(alias, entry["BACKEND"], entry["OPTIONS"]))
+    return errors
+
+
+@sensitive_variables("options", "rest")
+def _check_built_in(alias: str, store: StoreOptions, options: dict[str, Any]) -> list[CheckMessage]:
+    """A built-in store's OPTIONS, read by the code its constructor runs, without
+    importing the provider's module (nor httpx, redis-py or a database driver)."""
+    try:
+        _, rest = provider_arguments(alias, store.provider, store.defaults, options)
+        store.read(alias, rest)
+    except InvalidLockProvider as err:
+        return [Error(str(err), id="tslock.E003")]
+    return []
+
+
+@sensitive_variables("options", "rest")
+def _check_by_building(alias: str, backend: str, options: dict[str, Any]) -> list[CheckMessage]:
+    """Any other BACKEND: the only way to learn what it accepts is to import it and
+    build it, as the handler would (no provider opens a connection when built)."""
+    try:
+        cls = backend_class(alias, backend)
+    except InvalidLockProvider as err:
+        return [Error(str(err), id="tslock.E002")]
+    try:
+        clock, rest = provider_arguments(alias, cls.__name__, cls.default_options, options)
+        cls(alias, clock=clock, **rest)
+    except InvalidLockProvider as err:
+        return [Error(str(err), id="tslock.E003")]
+    except (TypeError, ValueError) as err:
+        return [Error(f"{SETTING}[{alias!r}]: {err}", id="tslock.E003")]
+    return []
 
 
 @register()
@@ -199,13 +266,15 @@ def _keep_alive_errors(commands: Iterable[tuple[str, type]]) -> list[CheckMessag
 
 def _acknowledged(value: Any) -> bool:
     """The same reading of the flag as the provider's own option parsing."""
+    from .core.options import TRUE_WORDS
+
     return value is True or (isinstance(value, str) and value.strip().lower() in TRUE_WORDS)
 
 
 def _keep_alive_floor(backend: str) -> Any:
     if backend != KV_BACKEND:
         return None
-    try:
-        return getattr(backend_class("", backend), "min_keep_alive_at_most_for", None)
-    except InvalidLockProvider:
-        return None
+    # Known without importing the KV provider (and httpx), like its OPTIONS.
+    from .providers.options import KV_MIN_KEEP_ALIVE_AT_MOST_FOR
+
+    return KV_MIN_KEEP_ALIVE_AT_MOST_FOR

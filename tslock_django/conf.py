@@ -25,6 +25,7 @@ from django.views.decorators.debug import sensitive_variables
 from .exceptions import InvalidLockProvider
 
 if TYPE_CHECKING:
+    from .core.clock import ClockProvider
     from .core.provider import LockProvider
 
 SETTING = "TSLOCK_PROVIDERS"
@@ -100,6 +101,47 @@ def backend_class(alias: str, backend: str) -> type[LockProvider]:
     return cls
 
 
+@sensitive_variables("given", "options")
+def provider_arguments(
+    alias: str, provider: str, accepted: Mapping[str, Any], given: Mapping[str, Any]
+) -> tuple[ClockProvider | None, dict[str, Any]]:
+    """What a provider's constructor takes for an entry's OPTIONS ``given``: the
+    ``clock=`` argument (``None`` when not given) and the ``**options``.
+
+    Args:
+        provider: the provider's class name, for the message about a reserved name.
+        accepted: its ``default_options``, for the same message.
+
+    Raises:
+        InvalidLockProvider: a reserved name among the OPTIONS, or a clock that is not a
+            ``ClockProvider``.
+    """
+    options = dict(given)
+    # alias and transport are constructor arguments, not OPTIONS: as OPTIONS they would
+    # clash with the alias or bypass the provider's own HTTP client.
+    reserved = [k for k in options if not isinstance(k, str) or k in RESERVED_OPTION_NAMES]
+    if reserved:
+        raise InvalidLockProvider(
+            f"{SETTING}[{alias!r}]['OPTIONS'] cannot contain {', '.join(map(repr, reserved))}: "
+            f"OPTIONS are the provider's own settings ({provider} takes "
+            f"{', '.join(sorted(accepted)) or 'none'}, and 'clock')"
+        )
+    # Every provider accepts a clock (tests configure a MutableClock this way); it must
+    # be one, or expiry would be decided by whatever object was put there.
+    clock = options.pop("clock", None)
+    if clock is None:
+        return None, options
+    from .core.clock import ClockProvider
+
+    if not isinstance(clock, ClockProvider):
+        raise InvalidLockProvider(
+            f"{SETTING}[{alias!r}]['OPTIONS']['clock'] must be a ClockProvider (an object with "
+            "now() returning an aware datetime, e.g. tslock_django.MutableClock()), "
+            f"got {type(clock).__name__}"
+        )
+    return clock, options
+
+
 class ProviderHandler:
     """``providers["alias"]`` -> the configured :class:`LockProvider`, built once.
 
@@ -160,29 +202,9 @@ class ProviderHandler:
         if alias not in configured:
             known = ", ".join(map(repr, configured)) or "(none)"
             raise InvalidLockProvider(f"no lock provider {alias!r} in {SETTING}; configured aliases: {known}")
-        from .core.clock import ClockProvider
-
         entry = configured[alias]
         cls = backend_class(alias, entry["BACKEND"])
-        options = dict(entry["OPTIONS"])
-        # alias and transport are constructor arguments, not OPTIONS: as OPTIONS they would
-        # clash with the alias or bypass the provider's own HTTP client.
-        reserved = [k for k in options if not isinstance(k, str) or k in RESERVED_OPTION_NAMES]
-        if reserved:
-            raise InvalidLockProvider(
-                f"{SETTING}[{alias!r}]['OPTIONS'] cannot contain {', '.join(map(repr, reserved))}: "
-                f"OPTIONS are the provider's own settings ({cls.__name__} takes "
-                f"{', '.join(sorted(cls.default_options)) or 'none'}, and 'clock')"
-            )
-        # Every provider accepts a clock (tests configure a MutableClock this way); it must
-        # be one, or expiry would be decided by whatever object was put there.
-        clock = options.pop("clock", None)
-        if clock is not None and not isinstance(clock, ClockProvider):
-            raise InvalidLockProvider(
-                f"{SETTING}[{alias!r}]['OPTIONS']['clock'] must be a ClockProvider (an object with "
-                "now() returning an aware datetime, e.g. tslock_django.MutableClock()), "
-                f"got {type(clock).__name__}"
-            )
+        clock, options = provider_arguments(alias, cls.__name__, cls.default_options, entry["OPTIONS"])
         return cls(alias, clock=clock, **options)
 
     def all(self) -> list[LockProvider]:

@@ -31,6 +31,12 @@ from ..exceptions import (
 from .clock import ClockProvider, SystemClock
 from .configuration import LockConfiguration
 from .durations import DurationLike
+
+# REQUIRED and the words stay importable from here, where providers have always found them.
+from .options import FALSE_WORDS as FALSE_WORDS
+from .options import REQUIRED as REQUIRED
+from .options import TRUE_WORDS as TRUE_WORDS
+from .options import option_error, resolve_options
 from .query import (
     ALL_STATES,
     MAX_LIMIT,
@@ -45,13 +51,6 @@ from .query import (
 from .records import ListedRecord, LockRecord
 
 Guarantee = Literal["strong", "advisory"]
-
-#: How option values given as text (URL query strings) spell true and false.
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-FALSE_WORDS = frozenset({"0", "false", "no", "off"})
-
-#: Marks an option that has no default and must be given.
-REQUIRED: Any = object()
 
 
 def default_locked_by() -> str:
@@ -229,42 +228,11 @@ class LockProvider(ABC):
     # -- options -----------------------------------------------------------------
 
     def _resolve_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        known = self.default_options
-        unknown = sorted(set(given) - set(known))
-        if unknown:
-            raise InvalidLockProvider(
-                f"TSLOCK_PROVIDERS[{self.alias!r}]: unknown OPTIONS key(s) {', '.join(map(repr, unknown))} "
-                f"for {type(self).__name__}; valid keys are {', '.join(sorted(known)) or '(none)'}"
-            )
-        resolved = {**known, **{k: self._coerce(k, v, known[k]) for k, v in given.items()}}
-        missing = sorted(k for k, v in resolved.items() if v is REQUIRED)
-        if missing:
-            raise InvalidLockProvider(
-                f"TSLOCK_PROVIDERS[{self.alias!r}]: {type(self).__name__} needs OPTIONS "
-                f"{', '.join(map(repr, missing))}"
-            )
-        return resolved
-
-    def _coerce(self, key: str, value: Any, default: Any) -> Any:
-        # Options from a URL query string arrive as text; read them as the type of the
-        # default so "?confirm_write=false" means False, not the truthy string "false".
-        if not isinstance(value, str) or default is REQUIRED or isinstance(default, str) or default is None:
-            return value
-        if isinstance(default, bool):
-            lowered = value.strip().lower()
-            if lowered in TRUE_WORDS or lowered in FALSE_WORDS:
-                return lowered in TRUE_WORDS
-            raise self.option_error(key, f"must be true or false, got {value!r}")
-        if isinstance(default, (int, float)):
-            try:
-                return type(default)(value)
-            except ValueError:
-                raise self.option_error(key, f"must be a number, got {value!r}") from None
-        return value
+        return resolve_options(self.alias, type(self).__name__, self.default_options, given)
 
     def option_error(self, key: str, problem: str) -> InvalidLockProvider:
         """An ``InvalidLockProvider`` for one option, for use in subclasses' validation."""
-        return InvalidLockProvider(f"TSLOCK_PROVIDERS[{self.alias!r}] OPTIONS[{key!r}] {problem}")
+        return option_error(self.alias, key, problem)
 
     # -- the public contract --------------------------------------------------------
 

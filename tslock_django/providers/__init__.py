@@ -1,8 +1,10 @@
 """Lock stores, and the handler over the configured ones.
 
 This package holds the provider implementations (``providers.database``,
-``providers.memory``, ``providers.cloudflare_do``, ``providers.cloudflare_kv``) and is
-also the handler that ``TSLOCK_PROVIDERS`` configures, shaped like Django's ``caches``::
+``providers.memory``, ``providers.cloudflare_do``, ``providers.cloudflare_kv``,
+``providers.redis``), what the built-in ones accept in OPTIONS (``providers.options``,
+read by the system checks without importing the implementations), and is also the
+handler that ``TSLOCK_PROVIDERS`` configures, shaped like Django's ``caches``::
 
     from tslock_django import providers
 

@@ -9,11 +9,9 @@ decides expiry. The wire protocol (v1) is described at the top of ``worker/index
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 import httpx
 from django.views.decorators.debug import sensitive_variables
@@ -22,21 +20,14 @@ from ..core import decode
 from ..core.configuration import LockConfiguration
 from ..core.decode import Unreadable
 from ..core.durations import to_milliseconds
-from ..core.provider import REQUIRED, LockProvider, SimpleLock
+from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord
 from ..core.secrets import scrub, secret_forms
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
-from .http import (
-    BEARER_TOKEN_RULE,
-    PooledClient,
-    error_for_status,
-    json_body,
-    parse_json,
-    transport_errors,
-    valid_bearer_token,
-)
+from .http import PooledClient, error_for_status, json_body, parse_json, transport_errors
+from .options import CLOUDFLARE_MAX_KEY_BYTES, DURABLE_OBJECT
 
 #: The Worker's limit on ``locked_by`` (code points).
 MAX_LOCKED_BY = 255
@@ -60,9 +51,9 @@ class DurableObjectLockProvider(LockProvider):
     """
 
     guarantee: ClassVar = "strong"
-    default_options: ClassVar = {"url": REQUIRED, "token": REQUIRED, "key_prefix": "", "timeout": 10.0}
+    default_options: ClassVar = DURABLE_OBJECT.defaults
     secret_options: ClassVar = frozenset({"token"})
-    max_key_bytes: ClassVar[int] = 512
+    max_key_bytes: ClassVar[int] = CLOUDFLARE_MAX_KEY_BYTES
     # The index answers every order both ways, search and states; it keeps no expired
     # records (they leave it when they end) and has no cheap count.
     listing: ClassVar = ListingSupport(expired=False, total=False)
@@ -98,50 +89,8 @@ class DurableObjectLockProvider(LockProvider):
     # -- options -------------------------------------------------------------------
 
     def _validate_options(self) -> None:
-        url = self.options["url"]
-        if not isinstance(url, str):
-            raise self.option_error("url", f"must be a string URL, got {type(url).__name__}")
-        parts = urlsplit(url)
-        if parts.username is not None or parts.password is not None:
-            # Not echoed: the part before "@" is probably the secret.
-            raise self.option_error(
-                "url",
-                "must not contain credentials (user:password@); put the secret in OPTIONS['token'] "
-                "(or use a cloudflare-do://TOKEN@HOST/ settings URL, which does that for you)",
-            )
-        # The URL is never echoed below: a query string (?token=...) or a secret pasted in
-        # the wrong place would end up in the error message and every log that shows it.
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise self.option_error(
-                "url", "must be an http(s) URL with a host, e.g. 'https://tslock.example.workers.dev'"
-            )
-        if parts.query or parts.fragment:
-            raise self.option_error(
-                "url", "must not have a query string or fragment; other options go in OPTIONS"
-            )
-        try:
-            parts.port  # noqa: B018 - raises ValueError for a malformed port
-        except ValueError:
-            raise self.option_error(
-                "url", "has an invalid port (a number from 0 to 65535 is expected)"
-            ) from None
-        token = self.options["token"]
-        if not isinstance(token, str) or not token:
-            raise self.option_error("token", "must be a non-empty string: the Worker's TSLOCK_TOKEN secret")
-        if not valid_bearer_token(token):
-            raise self.option_error("token", BEARER_TOKEN_RULE)
-        prefix = self.options["key_prefix"]
-        if not isinstance(prefix, str):
-            raise self.option_error("key_prefix", f"must be a string, got {type(prefix).__name__}")
-        if len(prefix.encode("utf-8")) >= self.max_key_bytes:
-            raise self.option_error(
-                "key_prefix", f"must be shorter than {self.max_key_bytes} UTF-8 bytes (the key size limit)"
-            )
-        timeout = self.options["timeout"]
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout):
-            raise self.option_error("timeout", f"must be a number of seconds, got {timeout!r}")
-        if timeout <= 0:
-            raise self.option_error("timeout", f"must be greater than 0 seconds, got {timeout!r}")
+        # The checks live in providers.options, where the system checks run them too.
+        self.options = DURABLE_OBJECT.check(self.alias, self.options)
 
     def key_for(self, name: str) -> str:
         return str(self.options["key_prefix"]) + name

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, ClassVar, cast
@@ -46,13 +47,13 @@ from ..core.clock import ClockProvider
 from ..core.configuration import LockConfiguration
 from ..core.decode import Unreadable
 from ..core.durations import to_milliseconds
-from ..core.provider import REQUIRED, LockProvider, SimpleLock
+from ..core.provider import LockProvider, SimpleLock
 from ..core.query import CURRENT_STATES, ListingSupport, LockQuery, StorePage, fold, record_state
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
 from ..exceptions import InvalidCursor, LockProviderError
 from .epoch import from_epoch_ms, to_epoch_ms
-from .http import BEARER_TOKEN_RULE, valid_bearer_token
-from .kv_rest import DEFAULT_BASE_URL, LIST_LIMIT_MAX, MISS, KVKey, KVPage, KVRestNamespace, ListingCache
+from .kv_rest import LIST_LIMIT_MAX, MISS, KVKey, KVPage, KVRestNamespace, ListingCache
+from .options import CLOUDFLARE_MAX_KEY_BYTES, KV, KV_MIN_KEEP_ALIVE_AT_MOST_FOR
 
 #: The name this module has always exported for ``to_epoch_ms`` (tests and callers use it).
 epoch_ms = to_epoch_ms
@@ -211,25 +212,13 @@ class KVLockProvider(LockProvider):
     """
 
     guarantee = "advisory"
-    default_options: ClassVar[dict[str, Any]] = {
-        "account_id": REQUIRED,
-        "namespace_id": REQUIRED,
-        "api_token": REQUIRED,
-        "acknowledge_advisory_lock": False,
-        "key_prefix": "tslock:",
-        "confirm_write": True,
-        "base_url": DEFAULT_BASE_URL,
-        "timeout": 10.0,
-        "list_request_budget": 10,
-        "list_cache_seconds": 5.0,
-    }
+    default_options: ClassVar[Mapping[str, Any]] = KV.defaults
     secret_options = frozenset({"api_token"})
-    max_key_bytes = 512
-    #: Workers KV accepts one write per second per key and keep-alive writes every
-    #: ``lock_at_most_for / 2``; below this ``lock_at_most_for`` the extension can
-    #: collide with the previous write and be refused (HTTP 429). Checks and the
-    #: keep-alive use it to refuse such configurations.
-    min_keep_alive_at_most_for: ClassVar[timedelta] = timedelta(seconds=2)
+    max_key_bytes = CLOUDFLARE_MAX_KEY_BYTES
+    #: The shortest ``lock_at_most_for`` keep-alive can extend (see
+    #: ``KV_MIN_KEEP_ALIVE_AT_MOST_FOR``). Checks and the keep-alive use it to refuse
+    #: shorter ones.
+    min_keep_alive_at_most_for: ClassVar[timedelta] = KV_MIN_KEEP_ALIVE_AT_MOST_FOR
     listing: ClassVar[ListingSupport] = ListingSupport(
         orders=frozenset({"name"}),
         descending=False,
@@ -271,54 +260,8 @@ class KVLockProvider(LockProvider):
         self._listing_cache = ListingCache(self.clock, float(opts["list_cache_seconds"]))
 
     def _validate_options(self) -> None:
-        opts = self.options
-        if opts["acknowledge_advisory_lock"] is not True:
-            raise self.option_error(
-                "acknowledge_advisory_lock",
-                f"must be True, got {opts['acknowledge_advisory_lock']!r}. Workers KV is eventually "
-                "consistent and has no compare-and-swap, so two processes can both acquire the same "
-                "lock; set it to True only if an occasional overlapping run is acceptable, otherwise "
-                "use tslock_django.providers.cloudflare_do.DurableObjectLockProvider (Durable Objects "
-                "give one holder at a time)",
-            )
-        for key in ("account_id", "namespace_id", "api_token"):
-            if not isinstance(opts[key], str) or not opts[key].strip():
-                # Never echo the value: api_token is secret, the others may be pasted wrongly.
-                raise self.option_error(key, "must be a non-empty string from the Cloudflare dashboard")
-        if not valid_bearer_token(opts["api_token"]):
-            # Checked here because the HTTP library would refuse the header only at the first
-            # request, with an error that quotes the header, secret included.
-            raise self.option_error("api_token", BEARER_TOKEN_RULE)
-        if not isinstance(opts["key_prefix"], str):
-            raise self.option_error(
-                "key_prefix", f"must be a string, got {type(opts['key_prefix']).__name__}"
-            )
-        if len(opts["key_prefix"].encode("utf-8")) >= self.max_key_bytes:
-            raise self.option_error("key_prefix", f"must be shorter than {self.max_key_bytes} UTF-8 bytes")
-        if not isinstance(opts["confirm_write"], bool):
-            raise self.option_error("confirm_write", f"must be True or False, got {opts['confirm_write']!r}")
-        base_url = opts["base_url"]
-        if not isinstance(base_url, str) or not base_url.startswith(("https://", "http://")):
-            raise self.option_error("base_url", f"must be an http(s) URL such as {DEFAULT_BASE_URL!r}")
-        timeout = opts["timeout"]
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 300:
-            raise self.option_error(
-                "timeout", f"must be a number of seconds between 0 and 300, got {timeout!r}"
-            )
-        budget = opts["list_request_budget"]
-        if isinstance(budget, bool) or not isinstance(budget, int) or not 2 <= budget <= 1200:
-            # Two at least: one list page and one value read, so every page gets further.
-            raise self.option_error(
-                "list_request_budget",
-                f"must be a whole number of REST requests per listing page from 2 to 1200 (one list "
-                f"request and one value read at least), got {budget!r}",
-            )
-        seconds = opts["list_cache_seconds"]
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 300:
-            raise self.option_error(
-                "list_cache_seconds",
-                f"must be a number of seconds from 0 (no cache) to 300, got {seconds!r}",
-            )
+        # The checks live in providers.options, where the system checks run them too.
+        self.options = KV.check(self.alias, self.options)
 
     # -- keys ------------------------------------------------------------------------
 

@@ -53,11 +53,12 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..core.configuration import LockConfiguration
-from ..core.provider import FALSE_WORDS, TRUE_WORDS, LockProvider, SimpleLock
+from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ALL_STATES, ListingSupport, LockQuery, StorePage, fold
 from ..core.records import LockRecord, token_digest
 from ..exceptions import InvalidCursor, LockProviderError
 from .epoch import MAX_EPOCH_US, from_epoch_us, to_epoch_us
+from .options import DATABASE, check_database_vendor
 
 logger = logging.getLogger("tslock_django")
 
@@ -502,44 +503,19 @@ class DatabaseLockProvider(LockProvider):
     """
 
     guarantee: ClassVar = "strong"
-    default_options: ClassVar[dict[str, Any]] = {
-        "using": "default",
-        "use_db_time": True,
-        "prepared_statements": None,
-    }
+    default_options: ClassVar = DATABASE.defaults
     max_key_bytes: ClassVar[int] = 255
     listing: ClassVar[ListingSupport] = ListingSupport(total=True)
 
     def __init__(self, alias: str = "default", **kwargs: Any) -> None:
         super().__init__(alias, **kwargs)
+        # The checks live in providers.options, where the system checks run them too.
+        self.options = DATABASE.check(alias, self.options)
         self.using = self.options["using"]
-        if not isinstance(self.using, str) or self.using not in connections.settings:
-            known = ", ".join(map(repr, connections.settings)) or "(none)"
-            raise self.option_error(
-                "using", f"= {self.using!r} is not a database alias; DATABASES has {known}"
-            )
-        if not isinstance(self.options["use_db_time"], bool):
-            raise self.option_error(
-                "use_db_time", f"must be True or False, got {self.options['use_db_time']!r}"
-            )
-        vendor = connections[self.using].vendor
-        if vendor not in _DIALECTS:
-            raise self.option_error(
-                "using",
-                f"= {self.using!r} is a {vendor} database; the database provider supports "
-                f"{', '.join(sorted(_DIALECTS))}",
-            )
-        prepared = self.options["prepared_statements"]
-        if isinstance(prepared, str):  # from a settings URL's query string
-            word = prepared.strip().lower()
-            prepared = True if word in TRUE_WORDS else False if word in FALSE_WORDS else prepared
-        if prepared is not None and not isinstance(prepared, bool):
-            raise self.option_error(
-                "prepared_statements", f"must be None (follow the database), True or False, got {prepared!r}"
-            )
-        self.vendor = vendor
+        self.vendor = vendor = connections[self.using].vendor
+        check_database_vendor(alias, self.using, vendor)
         #: Whether the fixed statements run prepared (see the option).
-        self.prepares = _prepares(connections[self.using], prepared)
+        self.prepares = _prepares(connections[self.using], self.options["prepared_statements"])
         self.use_db_time = self.options["use_db_time"]
         self._dialect = _DIALECTS[vendor]()
         self._sql = _Statements.build(self._dialect, self.use_db_time)

@@ -26,25 +26,6 @@ from ..exceptions import LockProviderError, LockRateLimited
 POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
 
 
-#: What ``valid_bearer_token`` requires, worded for an option error (never with the value).
-BEARER_TOKEN_RULE = (
-    "must be printable ASCII without spaces, tabs or line breaks (it travels in an HTTP header); "
-    "check for a trailing newline or a character pasted from a rich-text editor"
-)
-
-
-def valid_bearer_token(token: object) -> bool:
-    """Whether ``token`` can travel as ``Authorization: Bearer <token>``: a non-empty
-    string of printable ASCII without whitespace."""
-    return (
-        isinstance(token, str)
-        and bool(token)
-        and token.isascii()
-        and token.isprintable()
-        and not any(ch.isspace() for ch in token)
-    )
-
-
 class PooledClient:
     """One keep-alive ``httpx.Client`` shared by every thread of a provider, opened on
     first use and again after :meth:`close`, so that ``close()`` frees connections without

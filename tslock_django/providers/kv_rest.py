@@ -36,9 +36,10 @@ from ..core.clock import ClockProvider
 from ..core.decode import Unreadable
 from ..exceptions import LockProviderError
 from .http import PooledClient, error_for_status, json_body, parse_json, transport_errors
+from .options import KV_DEFAULT_BASE_URL
 
 #: Where the Cloudflare API lives; tests and local runtimes pass another base URL.
-DEFAULT_BASE_URL = "https://api.cloudflare.com/client/v4"
+DEFAULT_BASE_URL = KV_DEFAULT_BASE_URL
 
 #: Cloudflare's error code for "this key does not exist" (with HTTP 404).
 KEY_NOT_FOUND = 10009

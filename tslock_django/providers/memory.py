@@ -14,12 +14,13 @@ from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import LockRecord
+from .options import MEMORY
 
 
 class MemoryLockProvider(LockProvider):
     """Keeps records in a dict guarded by a mutex; time from ``self.clock``."""
 
-    default_options: ClassVar[dict[str, Any]] = {}
+    default_options: ClassVar = MEMORY.defaults
     max_key_bytes: ClassVar[int] = 1024
     listing: ClassVar = ListingSupport(total=True)
 

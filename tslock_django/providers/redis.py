@@ -46,6 +46,9 @@ from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerpri
 from ..core.secrets import scrub
 from ..exceptions import LockProviderError
 from .epoch import EPOCH, MAX_EPOCH_US
+from .options import DJANGO_REDIS_CACHE as DJANGO_REDIS_CACHE
+from .options import DJANGO_REDIS_PACKAGE_CACHE as DJANGO_REDIS_PACKAGE_CACHE
+from .options import REDIS
 from .redis_scripts import SCRIPTS, Call
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -54,9 +57,6 @@ _MICROSECOND = timedelta(microseconds=1)
 QUERY_BUDGET = 4000
 #: The largest purge batch (a script deletes one batch, then Redis serves others).
 MAX_PURGE_BATCH = 1000
-#: The cache backends whose redis-py client a provider can share.
-DJANGO_REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
-DJANGO_REDIS_PACKAGE_CACHE = "django_redis.cache.RedisCache"
 
 
 def _us(duration: timedelta) -> int:
@@ -91,7 +91,7 @@ class RedisLockProvider(LockProvider):
     """
 
     guarantee: ClassVar = "strong"
-    default_options: ClassVar = {"url": None, "cache": None, "key_prefix": "tslock:", "timeout": None}
+    default_options: ClassVar = REDIS.defaults
     max_key_bytes: ClassVar[int] = 1024
     listing: ClassVar = ListingSupport()
     #: The ``timeout`` used with ``url`` when none is given.
@@ -129,83 +129,12 @@ class RedisLockProvider(LockProvider):
 
     # -- options -------------------------------------------------------------------
 
+    @sensitive_variables("url")
     def _validate_options(self) -> None:
-        url, cache = self.options["url"], self.options["cache"]
-        if (url is None) == (cache is None):
-            raise self.option_error(
-                "url",
-                "or OPTIONS['cache'] is needed, exactly one of them: a redis:// or rediss:// URL, or the "
-                "alias of a CACHES entry that uses Django's RedisCache or django-redis",
-            )
-        if url is not None:
-            self._validate_url(url)
-        else:
-            self._validate_cache(cache)
-        prefix = self.options["key_prefix"]
-        if not isinstance(prefix, str):
-            raise self.option_error("key_prefix", f"must be a string, got {type(prefix).__name__}")
-        timeout = self.options["timeout"]
-        if timeout is not None:
-            if cache is not None:
-                raise self.option_error(
-                    "timeout",
-                    "applies to OPTIONS['url'] only; with OPTIONS['cache'] the cache's own "
-                    "connection settings (socket_timeout in its OPTIONS) apply",
-                )
-            if isinstance(timeout, str):
-                try:
-                    timeout = float(timeout)
-                except ValueError:
-                    raise self.option_error(
-                        "timeout", f"must be a number of seconds, got {timeout!r}"
-                    ) from None
-            if (
-                isinstance(timeout, bool)
-                or not isinstance(timeout, (int, float))
-                or not math.isfinite(timeout)
-            ):
-                raise self.option_error("timeout", f"must be a number of seconds, got {timeout!r}")
-            if timeout <= 0:
-                raise self.option_error("timeout", f"must be greater than 0 seconds, got {timeout!r}")
-            self.options["timeout"] = float(timeout)
-
-    def _validate_url(self, url: object) -> None:
-        # The URL is never echoed: it holds the password.
-        if not isinstance(url, str):
-            raise self.option_error("url", f"must be a string URL, got {type(url).__name__}")
-        parts = urlsplit(url)
-        try:
-            self._password = parts.password or ""
-            port = parts.port
-        except ValueError:
-            raise self.option_error(
-                "url", "has an invalid port (a number from 0 to 65535 is expected)"
-            ) from None
-        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-            raise self.option_error(
-                "url", "must be a redis:// or rediss:// URL with a host, e.g. 'redis://:PASSWORD@HOST:6379/0'"
-            )
-        db = parts.path.strip("/")
-        if db and not db.isdigit():
-            raise self.option_error("url", "has a path that is not a database number (e.g. /0)")
-        del port
-
-    def _validate_cache(self, alias: object) -> None:
-        from django.conf import settings
-
-        caches = getattr(settings, "CACHES", {})
-        if not isinstance(alias, str) or alias not in caches:
-            known = ", ".join(map(repr, caches)) or "(none)"
-            raise self.option_error(
-                "cache", f"must name a CACHES alias; {alias!r} is not one (configured: {known})"
-            )
-        backend = caches[alias].get("BACKEND")
-        if backend not in (DJANGO_REDIS_CACHE, DJANGO_REDIS_PACKAGE_CACHE):
-            raise self.option_error(
-                "cache",
-                f"names CACHES[{alias!r}] whose BACKEND is {backend!r}; a Redis provider can share the "
-                f"connection of {DJANGO_REDIS_CACHE!r} or {DJANGO_REDIS_PACKAGE_CACHE!r} only",
-            )
+        # The checks live in providers.options, where the system checks run them too.
+        self.options = REDIS.check(self.alias, self.options)
+        url = self.options["url"]
+        self._password = (urlsplit(url).password or "") if url is not None else ""
 
     def _url_pool(self, url: str) -> redis.ConnectionPool:
         timeout = self.options["timeout"] or self.default_timeout

@@ -305,10 +305,36 @@ def test_check_deploy_builds_the_built_in_providers() -> None:
     assert "tslock_django.providers.redis" in imported
 
 
-def test_check_deploy_reports_a_missing_client_library(monkeypatch: pytest.MonkeyPatch) -> None:
-    # As if redis-py were not installed: the provider's module then refuses to import.
+@pytest.mark.parametrize(
+    ("kind", "module", "extra"),
+    [("redis", "redis", "redis"), ("edge", "httpx", "cloudflare"), ("kv", "httpx", "cloudflare")],
+)
+def test_a_missing_client_library_is_reported_at_every_start_without_importing_it(
+    monkeypatch: pytest.MonkeyPatch, kind: str, module: str, extra: str
+) -> None:
+    import importlib.util
+
+    found = importlib.util.find_spec
+    # As if the library were not installed: it is looked up, never imported.
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == module else found(name, *a)
+    )
+    with override_settings(TSLOCK_PROVIDERS={"default": {"BACKEND": DB}, "x": EVERY_KIND[kind]}):
+        messages = check_providers()
+        assert ids(messages) == ["tslock.E002"]
+        assert f"needs {module}, which is not installed" in messages[0].msg
+        assert f"pip install 'tslock-django[{extra}]'" in messages[0].msg
+        # check --deploy does not build it to say the same again.
+        assert check_providers_by_building() == []
+
+
+def test_check_deploy_reports_a_client_library_that_does_not_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found on the path, yet its import fails (sys.modules[name] = None makes it raise).
     monkeypatch.setitem(sys.modules, "redis", None)
     monkeypatch.delitem(sys.modules, "tslock_django.providers.redis", raising=False)
+    monkeypatch.setattr(
+        "tslock_django.providers.options.StoreOptions.missing_library", lambda self, alias: None
+    )
     with override_settings(TSLOCK_PROVIDERS={"default": EVERY_KIND["redis"]}):
         assert check_providers() == []
         messages = check_providers_by_building()

@@ -12,8 +12,8 @@ also builds the built-in providers, which imports their client libraries. Buildi
 provider opens no connection.
 
 - tslock.E001: TSLOCK_PROVIDERS is malformed.
-- tslock.E002: a BACKEND cannot be imported or is not a LockProvider; for a built-in
-  one, with ``--deploy``, also a client library it needs (httpx, redis-py) missing.
+- tslock.E002: a BACKEND cannot be imported or is not a LockProvider, or a built-in
+  one's client library (httpx, redis-py) is not installed (looked up, not imported).
 - tslock.E003: a provider's OPTIONS are wrong (unknown key, missing key, bad value);
   with ``--deploy``, also what only the client library reads (redis-py: the query
   string of a Redis URL).
@@ -87,7 +87,10 @@ def check_providers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             )
             continue
         store = BUILT_IN.get(entry["BACKEND"])
-        if store is not None:
+        missing = store.missing_library(alias) if store is not None else None
+        if missing is not None:
+            errors.append(Error(missing, id="tslock.E002"))
+        elif store is not None:
             errors.extend(_check_built_in(alias, store, entry["OPTIONS"]))
         else:
             errors.extend(_check_by_building(alias, entry["BACKEND"], entry["OPTIONS"]))
@@ -98,8 +101,9 @@ def check_providers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
 def check_providers_by_building(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``manage.py check --deploy``: also build each built-in provider whose OPTIONS
     passed (building opens no connection). That imports its module and client library,
-    which reports a library that is not installed (E002) and what only the library reads
-    in the OPTIONS, such as redis-py and a Redis URL's query string (E003)."""
+    which reports what only the library reads in the OPTIONS, such as redis-py and a
+    Redis URL's query string (E003), and a library that is found but does not import
+    (E002)."""
     from .providers.options import BUILT_IN
 
     entries, _ = _entries()
@@ -108,9 +112,9 @@ def check_providers_by_building(app_configs: Any = None, **kwargs: Any) -> list[
     errors: list[CheckMessage] = []
     for alias, entry in entries.items():
         store = BUILT_IN.get(entry["BACKEND"])
-        # Third-party providers were built by check_providers; a refused entry (E003,
-        # E005) has been reported by it already.
-        if store is None or _check_built_in(alias, store, entry["OPTIONS"]):
+        # Third-party providers were built by check_providers; a refused entry (E002,
+        # E003, E005) has been reported by it already.
+        if store is None or store.missing_library(alias) or _check_built_in(alias, store, entry["OPTIONS"]):
             continue
         errors.extend(_check_by_building(alias, entry["BACKEND"], entry["OPTIONS"]))
     return errors

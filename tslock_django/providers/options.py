@@ -19,6 +19,7 @@ the checks run, ``tslock_django.conf`` and :mod:`tslock_django.core.options`; ke
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from collections.abc import Callable, Mapping
@@ -51,6 +52,13 @@ def valid_bearer_token(token: object) -> bool:
         and token.isprintable()
         and not any(ch.isspace() for ch in token)
     )
+
+
+@functools.cache
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it; once per process
+    (the Durable Object and KV providers both need httpx)."""
+    return importlib.util.find_spec(module) is not None
 
 
 class StoreOptions:
@@ -86,7 +94,7 @@ class StoreOptions:
         if self.library is None:
             return None
         module, extra = self.library
-        if importlib.util.find_spec(module) is not None:
+        if _installed(module):
             return None
         return (
             f"TSLOCK_PROVIDERS[{alias!r}]: {self.provider} needs {module}, which is not installed; "

@@ -12,7 +12,7 @@ import pytest
 from django.db import connections
 
 from tests.conftest import database_marks
-from tslock_django import InvalidLockProvider, LockConfiguration
+from tslock_django import InvalidLockProvider, LockConfiguration, LockProviderError, MutableClock
 from tslock_django.providers.database import DatabaseLockProvider
 
 pytestmark = database_marks("postgres", "PostgreSQL at 127.0.0.1:5432")
@@ -64,6 +64,8 @@ def test_a_value_other_than_none_true_or_false_is_refused(bad: Any) -> None:
 
 
 def test_the_fixed_statements_are_prepared_once_and_nothing_else_is(fresh_connection: None) -> None:
+    import psycopg
+
     provider = DatabaseLockProvider("db", using="postgres", prepared_statements=True)
     for _ in range(3):
         held = provider.lock(LockConfiguration("prepared", "1m"))
@@ -77,8 +79,12 @@ def test_the_fixed_statements_are_prepared_once_and_nothing_else_is(fresh_connec
     assert any(
         text.startswith("UPDATE tslock_lock SET lock_until") and "RETURNING" in text for text in prepared
     )
-    # A query of the project's on the same connection is not prepared behind its back.
-    with connections["postgres"].cursor() as cursor:
+    # The connection is left as Django configured it: psycopg prepares none of the
+    # project's queries, not even server-side bound ones run more often than psycopg's
+    # usual threshold (5), and keeps no count of them.
+    raw = connections["postgres"].connection
+    assert raw.prepare_threshold is None
+    with psycopg.Cursor(raw) as cursor:
         for _ in range(10):
             cursor.execute("SELECT count(*) FROM tslock_lock WHERE name = %s", ["prepared"])
             assert cursor.fetchone() == (1,)
@@ -104,13 +110,75 @@ def test_prepared_statements_pass_through_django_hooks(fresh_connection: None) -
         held = provider.lock(LockConfiguration("hooked", "1m"))
         assert held is not None and held.unlock() is True
     assert len(seen) == 2 and seen[0].lstrip().startswith("WITH taken")
+    assert len(server_prepared()) == 2  # and they ran prepared
 
 
-def test_inside_a_transaction_the_private_connection_prepares_nothing(fresh_connection: None) -> None:
+def test_inside_a_transaction_the_private_connection_prepares_nothing(
+    fresh_connection: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from django.db import transaction
 
+    from tslock_django.providers import database
+
+    made = []
+    real = database._prepared_cursor
+    monkeypatch.setattr(database, "_prepared_cursor", lambda conn: made.append(conn) or real(conn))
     provider = DatabaseLockProvider("db", using="postgres", prepared_statements=True)
     with transaction.atomic(using="postgres"):
         held = provider.lock(LockConfiguration("in-atomic-prepared", "1m"))
         assert held is not None and held.unlock() is True
+    assert made == []  # a connection that serves one operation gains nothing from it
+    held = provider.lock(LockConfiguration("in-atomic-prepared", "1m"))
+    assert held is not None and held.unlock() is True
+    assert made == [connections["postgres"]] * 2
+
+
+def test_statements_dropped_behind_psycopgs_back_are_prepared_again(
+    fresh_connection: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = DatabaseLockProvider("db", using="postgres", prepared_statements=True)
+    held = provider.lock(LockConfiguration("discarded", "1m"))
+    assert held is not None and held.unlock() is True
+    # What DISCARD ALL or a pooler handing over another session does: the server forgets
+    # the statements while psycopg still believes they exist.
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
     assert server_prepared() == []
+    held = provider.lock(LockConfiguration("discarded", "1m"))
+    assert held is not None and held.unlock() is True
+    assert "no longer had tslock's prepared statements" in caplog.text
+    assert len(server_prepared()) == 2
+
+
+def test_a_killed_session_is_a_store_failure_then_recovers(fresh_connection: None) -> None:
+    provider = DatabaseLockProvider("db", using="postgres", prepared_statements=True)
+    held = provider.lock(LockConfiguration("killed", "1m"))
+    assert held is not None and held.unlock() is True
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    other = connections.create_connection("postgres")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        other.close()
+    with pytest.raises(LockProviderError, match="database 'postgres' failed"):
+        provider.lock(LockConfiguration("killed", "1m"))
+    held = provider.lock(LockConfiguration("killed", "1m"))  # a new session, prepared anew
+    assert held is not None and held.unlock() is True
+    assert len(server_prepared()) == 2
+
+
+def test_the_callers_clock_runs_prepared_too(fresh_connection: None) -> None:
+    clock = MutableClock()
+    provider = DatabaseLockProvider(
+        "db", using="postgres", prepared_statements=True, use_db_time=False, clock=clock
+    )
+    held = provider.lock(LockConfiguration("clocked-prepared", "10s"))
+    assert held is not None
+    assert provider.lock(LockConfiguration("clocked-prepared", "10s")) is None
+    clock.advance("11s")
+    again = provider.lock(LockConfiguration("clocked-prepared", "10s"))
+    assert again is not None and again.fencing_token == held.fencing_token + 1
+    assert len(server_prepared()) == 1

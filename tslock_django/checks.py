@@ -129,6 +129,12 @@ def _check_built_in(alias: str, store: StoreOptions, options: dict[str, Any]) ->
         store.read(alias, rest)
     except InvalidLockProvider as err:
         return [Error(str(err), id="tslock.E003")]
+    except (TypeError, ValueError) as err:
+        # A value the checks did not foresee: a check must report, never crash the
+        # command it runs before, and never quote what may be a secret.
+        return [
+            Error(f"{SETTING}[{alias!r}]: OPTIONS could not be read ({type(err).__name__})", id="tslock.E003")
+        ]
     return []
 
 

@@ -274,10 +274,14 @@ def _prepares(connection: BaseDatabaseWrapper, wanted: bool | None) -> bool:
 
 
 #: psycopg prepares nothing on a connection whose ``prepare_threshold`` is ``None``
-#: (Django's default), even when asked to; a threshold that no statement reaches lets
-#: the provider ask for its own statements while every other query stays as Django
-#: configured it (never prepared by itself).
+#: (Django's default), even when asked to. The provider's cursor sets a threshold that
+#: no statement reaches for the length of its own call and puts ``None`` back after it,
+#: so psycopg neither counts nor prepares anybody else's queries on that connection.
 _ONLY_WHEN_ASKED = 2**62
+#: The SQLSTATE of "prepared statement does not exist": the server dropped the
+#: provider's statements behind psycopg's back (``DISCARD ALL``, ``DEALLOCATE`` by other
+#: code, a pooler that changed the session).
+_STATEMENT_GONE = "26000"
 
 
 @functools.cache
@@ -287,23 +291,35 @@ def _preparing_cursor_class() -> type:
 
     class PreparingCursor(psycopg.Cursor[Any]):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            return super().execute(query, params, **{**kwargs, "prepare": True})
+            raw = self.connection
+            unset = raw.prepare_threshold is None
+            if unset:
+                raw.prepare_threshold = _ONLY_WHEN_ASKED
+            try:
+                return super().execute(query, params, **{**kwargs, "prepare": True})
+            finally:
+                if unset:
+                    raw.prepare_threshold = None
 
     return PreparingCursor
 
 
 def _prepared_cursor(conn: BaseDatabaseWrapper) -> Any:
     """A cursor on ``conn`` that runs its statements prepared: psycopg parses and plans
-    each once per connection and afterwards sends only its parameters. Wrapped as
-    Django wraps its own cursors, so database errors, ``execute_wrapper`` hooks and
-    the query log see these statements like any other."""
+    each once per connection and afterwards sends only its parameters. Made as Django
+    makes its own (a health check where ``CONN_HEALTH_CHECKS`` asks for one, the thread
+    check) and wrapped like them, so database errors, ``execute_wrapper`` hooks and the
+    query log see these statements like any other."""
+    conn.close_if_health_check_failed()
     conn.ensure_connection()
-    raw: Any = conn.connection
-    if raw.prepare_threshold is None:
-        raw.prepare_threshold = _ONLY_WHEN_ASKED
-    cursor = _preparing_cursor_class()(raw)
     conn.validate_thread_sharing()
+    cursor = _preparing_cursor_class()(conn.connection)
     return conn.make_debug_cursor(cursor) if conn.queries_logged else conn.make_cursor(cursor)
+
+
+def _statement_gone(err: BaseException) -> bool:
+    """Whether ``err`` says a prepared statement no longer exists on the server."""
+    return getattr(err.__cause__, "sqlstate", None) == _STATEMENT_GONE
 
 
 _DIALECTS: dict[str, type[_Dialect]] = {"postgresql": _PostgreSQL, "mysql": _MySQL, "sqlite": _SQLite}
@@ -594,12 +610,31 @@ class DatabaseLockProvider(LockProvider):
         Every database error becomes a ``LockProviderError``, except a unique violation
         of an INSERT (``conflict_means_held``), which is re-raised for the caller.
         """
-        try:
-            shared = conn is connections[self.using]
-            with _prepared_cursor(conn) if prepared and self.prepares and shared else conn.cursor() as cursor:
+        prepared = prepared and self.prepares and conn is connections[self.using]
+
+        def run() -> tuple[int, list[Any]]:
+            with _prepared_cursor(conn) if prepared else conn.cursor() as cursor:
                 cursor.execute(sql, params)
                 rows = cursor.fetchall() if fetch else [(cursor.lastrowid,)] if carried else []
                 return cursor.rowcount, rows
+
+        try:
+            try:
+                return run()
+            except DatabaseError as err:
+                if not (prepared and _statement_gone(err)):
+                    raise
+                # The statement was refused before it ran (nothing was written), and
+                # psycopg still believes it prepared: start a new session, which prepares
+                # afresh. The shared connection is outside any transaction here (see
+                # _on_connection), so closing it loses nothing of the caller's.
+                logger.warning(
+                    "database %r no longer had tslock's prepared statements (DISCARD ALL or a "
+                    "connection pooler?); reconnecting to prepare them again",
+                    self.using,
+                )
+                conn.close()
+                return run()
         except DatabaseError as err:
             if conflict_means_held and isinstance(err, IntegrityError):
                 raise

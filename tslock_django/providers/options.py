@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from django.conf import settings
 from django.db import connections
@@ -197,6 +197,36 @@ DATABASE = StoreOptions(
 MEMORY = StoreOptions(MEMORY_BACKEND, {})
 
 
+def _split_url(alias: str, url: str) -> SplitResult:
+    """``url`` split into its parts, its port read. Malformed (an unclosed ``[`` of an
+    IPv6 host, a host that does not normalise, a bad port) is an option error that never
+    echoes the URL, which may hold a secret."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise option_error(
+            alias, "url", "is not a valid URL (check the host and the brackets of an IPv6 address)"
+        ) from None
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a malformed port
+    except ValueError:
+        raise option_error(
+            alias, "url", "has an invalid port (a number from 0 to 65535 is expected)"
+        ) from None
+    return parts
+
+
+def _utf8_bytes(alias: str, key: str, text: str) -> int:
+    """The length of ``text`` in UTF-8, or an option error for text that has none (a
+    lone surrogate)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise option_error(
+            alias, key, "must be text that UTF-8 can encode (it holds a lone surrogate)"
+        ) from None
+
+
 # -- Cloudflare ------------------------------------------------------------------------
 
 #: The longest storage key of the Durable Object Worker and of Workers KV, in UTF-8
@@ -209,7 +239,7 @@ def _durable_object(alias: str, options: dict[str, Any]) -> None:
     url = options["url"]
     if not isinstance(url, str):
         raise option_error(alias, "url", f"must be a string URL, got {type(url).__name__}")
-    parts = urlsplit(url)
+    parts = _split_url(alias, url)
     if parts.username is not None or parts.password is not None:
         # Not echoed: the part before "@" is probably the secret.
         raise option_error(
@@ -228,12 +258,6 @@ def _durable_object(alias: str, options: dict[str, Any]) -> None:
         raise option_error(
             alias, "url", "must not have a query string or fragment; other options go in OPTIONS"
         )
-    try:
-        parts.port  # noqa: B018 - raises ValueError for a malformed port
-    except ValueError:
-        raise option_error(
-            alias, "url", "has an invalid port (a number from 0 to 65535 is expected)"
-        ) from None
     token = options["token"]
     if not isinstance(token, str) or not token:
         raise option_error(alias, "token", "must be a non-empty string: the Worker's TSLOCK_TOKEN secret")
@@ -242,7 +266,7 @@ def _durable_object(alias: str, options: dict[str, Any]) -> None:
     prefix = options["key_prefix"]
     if not isinstance(prefix, str):
         raise option_error(alias, "key_prefix", f"must be a string, got {type(prefix).__name__}")
-    if len(prefix.encode("utf-8")) >= CLOUDFLARE_MAX_KEY_BYTES:
+    if _utf8_bytes(alias, "key_prefix", prefix) >= CLOUDFLARE_MAX_KEY_BYTES:
         raise option_error(
             alias,
             "key_prefix",
@@ -294,7 +318,7 @@ def _kv(alias: str, options: dict[str, Any]) -> None:
         raise option_error(
             alias, "key_prefix", f"must be a string, got {type(options['key_prefix']).__name__}"
         )
-    if len(options["key_prefix"].encode("utf-8")) >= CLOUDFLARE_MAX_KEY_BYTES:
+    if _utf8_bytes(alias, "key_prefix", options["key_prefix"]) >= CLOUDFLARE_MAX_KEY_BYTES:
         raise option_error(
             alias, "key_prefix", f"must be shorter than {CLOUDFLARE_MAX_KEY_BYTES} UTF-8 bytes"
         )
@@ -369,6 +393,7 @@ def _redis(alias: str, options: dict[str, Any]) -> None:
     prefix = options["key_prefix"]
     if not isinstance(prefix, str):
         raise option_error(alias, "key_prefix", f"must be a string, got {type(prefix).__name__}")
+    _utf8_bytes(alias, "key_prefix", prefix)  # keys are sent as UTF-8
     timeout = options["timeout"]
     if timeout is None:
         return
@@ -396,13 +421,7 @@ def _redis_url(alias: str, url: object) -> None:
     # The URL is never echoed: it holds the password.
     if not isinstance(url, str):
         raise option_error(alias, "url", f"must be a string URL, got {type(url).__name__}")
-    parts = urlsplit(url)
-    try:
-        parts.port  # noqa: B018 - raises ValueError for a malformed port
-    except ValueError:
-        raise option_error(
-            alias, "url", "has an invalid port (a number from 0 to 65535 is expected)"
-        ) from None
+    parts = _split_url(alias, url)
     if parts.scheme not in ("redis", "rediss") or not parts.hostname:
         raise option_error(
             alias,

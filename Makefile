@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 # What ruff reads: the Python sources (not the Markdown, whose examples are excerpts).
 PY_SOURCES := $(wildcard tslock_django tests testproject bench tools manage.py)
 
-.PHONY: demo test lint typecheck unit venv npm browser mysqlclient bench clean matrix matrix-newest check-install
+.PHONY: demo test lint typecheck unit venv npm browser bench clean matrix matrix-newest check-install
 
 $(STAMP): pyproject.toml
 	@echo "make: installing tslock-django and its test tools into $(VENV) (about a minute, first run only)"
@@ -35,14 +35,6 @@ browser:
 	  echo "installing Debian's chromium for the browser test"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# mysqlclient (C, Django's recommended MySQL driver) for the MariaDB benchmark's second
-# run; it builds against Debian's MariaDB client library. The tests run on pymysql.
-mysqlclient: venv
-	@$(PY) -c "import MySQLdb" 2>/dev/null || $(PY) -m pip install --quiet mysqlclient 2>/dev/null || { \
-	  echo "installing Debian's MariaDB client library to build mysqlclient"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmariadb-dev pkg-config >/dev/null && \
-	  $(PY) -m pip install --quiet mysqlclient; }
-
 lint: venv
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
@@ -50,7 +42,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy tslock_django
 
-unit: venv npm browser mysqlclient
+unit: venv npm browser
 	$(PY) manage.py makemigrations --check --dry-run --settings=tests.settings
 	$(VENV)/bin/pytest --cov --cov-report=term $(PYTEST_ARGS)
 
@@ -75,7 +67,7 @@ check-install: venv
 demo: venv
 	PROVIDER=$(PROVIDER) $(PY) testproject/run_demo.py
 
-bench: venv npm mysqlclient
+bench: venv npm
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:

@@ -12,7 +12,6 @@ Environment:
     BENCH_PROVIDER     db (default) | memory: the "default" lock provider
     BENCH_EDGE_URL     add a Durable Object provider "edge" (httpx import check)
     BENCH_DB_NAME      use this existing database as it is (a child of the scale benchmark)
-    BENCH_MYSQL_DRIVER pymysql (default) | mysqlclient: the MariaDB driver
 """
 
 from __future__ import annotations
@@ -38,12 +37,9 @@ if SERVER == "postgres":
         }
     }
 elif SERVER == "mariadb":
-    # BENCH_MYSQL_DRIVER=mysqlclient runs on mysqlclient (C, Django's recommended MySQL
-    # driver) where it is installed; by default on pymysql (pure Python), as the tests do.
-    if os.environ.get("BENCH_MYSQL_DRIVER", "pymysql") != "mysqlclient":
-        import pymysql
+    import pymysql
 
-        pymysql.install_as_MySQLdb()
+    pymysql.install_as_MySQLdb()
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.mysql",

@@ -37,6 +37,7 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from django.views.decorators.debug import sensitive_variables
 
 from .conf import DATABASE_BACKEND, KV_BACKEND, SETTING, backend_class, provider_arguments, provider_settings
+from .core.options import TRUE_WORDS
 from .exceptions import InvalidLockProvider
 
 if TYPE_CHECKING:
@@ -276,8 +277,6 @@ def _keep_alive_errors(commands: Iterable[tuple[str, type]]) -> list[CheckMessag
 
 def _acknowledged(value: Any) -> bool:
     """The same reading of the flag as the provider's own option parsing."""
-    from .core.options import TRUE_WORDS
-
     return value is True or (isinstance(value, str) and value.strip().lower() in TRUE_WORDS)
 
 

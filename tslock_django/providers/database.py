@@ -528,10 +528,11 @@ class DatabaseLockProvider(LockProvider):
         # The checks live in providers.options, where the system checks run them too.
         self.options = DATABASE.check(alias, self.options)
         self.using = self.options["using"]
-        self.vendor = vendor = connections[self.using].vendor
+        connection = connections[self.using]
+        self.vendor = vendor = connection.vendor
         check_database_vendor(alias, self.using, vendor)
         #: Whether the fixed statements run prepared (see the option).
-        self.prepares = _prepares(connections[self.using], self.options["prepared_statements"])
+        self.prepares = _prepares(connection, self.options["prepared_statements"])
         self.use_db_time = self.options["use_db_time"]
         self._dialect = _DIALECTS[vendor]()
         self._sql = _Statements.build(self._dialect, self.use_db_time)

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.stats import target
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "latest.json"
 SECTIONS = ("db", "contention", "do", "kv", "redis", "admin", "scale", "startup")
@@ -167,17 +169,17 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         data = report.get("db", {}).get(server)
         if data:
             ratio = data["tslock_over"]["raw-sql"]
-            found[f"{server}: tslock >= {floor}x raw-sql"] = _target(ratio, floor, ">=")
+            found[f"{server}: tslock >= {floor}x raw-sql"] = target(ratio, floor, ">=")
             if "tslock, prepared" in data["results"]:
                 prepared = (
                     data["results"]["tslock, prepared"]["median"] / data["results"]["raw-sql"]["median"]
                 )
-                found[f"{server}: tslock with prepared statements >= {floor}x raw-sql"] = _target(
+                found[f"{server}: tslock with prepared statements >= {floor}x raw-sql"] = target(
                     prepared, floor, ">="
                 )
     pg = report.get("db", {}).get("postgres")
     if pg:
-        found["postgres: tslock >= 2x django-db-mutex"] = _target(
+        found["postgres: tslock >= 2x django-db-mutex"] = target(
             pg["tslock_over"]["django-db-mutex"], 2, ">="
         )
     from bench import contention
@@ -185,7 +187,7 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     found.update(contention.targets(report.get("contention")))
     do = report.get("do")
     if do:
-        found["durable objects: time per operation <= 1.2x raw httpx"] = _target(
+        found["durable objects: time per operation <= 1.2x raw httpx"] = target(
             do["tslock_time_over_raw"], 1.2, "<="
         )
     from bench import dobench
@@ -203,7 +205,7 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         }
     checks = report.get("startup", {}).get("checks")
     if checks:
-        found["tslock's system checks add under 1 ms to a command's start (database provider)"] = _target(
+        found["tslock's system checks add under 1 ms to a command's start (database provider)"] = target(
             checks["database provider only"]["median_ms"], 1.0, "<="
         )
     if "redis_imported" in report.get("startup", {}):
@@ -221,24 +223,19 @@ def scale_targets(pg: dict[str, Any] | None) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for page in ("first page", "search", "next page"):
         ratio = large["admin"][page]["median_ms"] / small["admin"][page]["median_ms"]
-        found[f"scale: admin {page} at {int(sizes[-1]):,} rows <= 3x its time at {int(sizes[0]):,}"] = (
-            _target(ratio, 3, "<=")
+        found[f"scale: admin {page} at {int(sizes[-1]):,} rows <= 3x its time at {int(sizes[0]):,}"] = target(
+            ratio, 3, "<="
         )
     peak = max(p["peak_kib"] for p in large["admin"].values()) / 1024
-    found[f"scale: peak Python memory per admin request at {int(sizes[-1]):,} rows <= 20 MiB"] = _target(
+    found[f"scale: peak Python memory per admin request at {int(sizes[-1]):,} rows <= 20 MiB"] = target(
         peak, 20, "<="
     )
     for label in ("tslock list", "tslock list --all"):
         ratio = large["cli"][label]["peak_rss_kib"] / small["cli"][label]["peak_rss_kib"]
-        found[f"scale: {label} peak RSS at {int(sizes[-1]):,} rows <= 1.5x at {int(sizes[0]):,}"] = _target(
+        found[f"scale: {label} peak RSS at {int(sizes[-1]):,} rows <= 1.5x at {int(sizes[0]):,}"] = target(
             ratio, 1.5, "<="
         )
     return found
-
-
-def _target(value: float, bound: float, op: str) -> dict[str, Any]:
-    met = value >= bound if op == ">=" else value <= bound
-    return {"value": round(value, 3), "bound": f"{op} {bound}", "met": met}
 
 
 def render(report: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from bench.stats import interleave, percentile, ratios, summary
+from bench.stats import interleave, percentile, ratios, summary, target
 
 
 class CountingTransport(httpx.BaseTransport):
@@ -368,16 +368,15 @@ def _listing(workers: dict[int, Any], rounds: int) -> dict[str, Any]:
 
 def targets(do: dict[str, Any] | None) -> dict[str, Any]:
     """Issue 10's targets for the index, each with its measured value."""
-    from bench.__main__ import _target
 
     index = (do or {}).get("index")
     if not index:
         return {}
     found = {
-        "durable objects: acquire+unlock latency with the index <= 1.1x without": _target(
+        "durable objects: acquire+unlock latency with the index <= 1.1x without": target(
             index["latency_with_over_without"], 1.1, "<="
         ),
-        "durable objects: 16-client throughput with the index >= 0.9x without": _target(
+        "durable objects: 16-client throughput with the index >= 0.9x without": target(
             index["throughput_cycles_per_s"]["16"]["with_over_without"], 0.9, ">="
         ),
     }
@@ -385,7 +384,7 @@ def targets(do: dict[str, Any] | None) -> dict[str, Any]:
     for label, ratio in index["listing"]["large_over_small"].items():
         found[
             f"durable objects: {label} at {int(sizes[-1]):,} locks <= 1.5x its time at {int(sizes[0]):,}"
-        ] = _target(ratio, 1.5, "<=")
+        ] = target(ratio, 1.5, "<=")
     return found
 
 

@@ -74,3 +74,10 @@ def ratios(results: Mapping[str, Mapping[str, Any]], subject: str) -> dict[str, 
     """``subject``'s median divided by each other contender's median."""
     mine = results[subject]["median"]
     return {name: mine / r["median"] for name, r in results.items() if name != subject and r["median"]}
+
+
+def target(value: float, bound: float, op: str) -> dict[str, Any]:
+    """A target as the report holds it: the measured value, the bound (``op`` is
+    ``">="`` or ``"<="``) and whether the value met it."""
+    met = value >= bound if op == ">=" else value <= bound
+    return {"value": round(value, 3), "bound": f"{op} {bound}", "met": met}

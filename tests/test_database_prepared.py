@@ -118,11 +118,11 @@ def test_inside_a_transaction_the_private_connection_prepares_nothing(
 ) -> None:
     from django.db import transaction
 
-    from tslock_django.providers import database
+    from tslock_django.providers.database import provider as database
 
     made = []
-    real = database._prepared_cursor
-    monkeypatch.setattr(database, "_prepared_cursor", lambda conn: made.append(conn) or real(conn))
+    real = database.prepared_cursor
+    monkeypatch.setattr(database, "prepared_cursor", lambda conn: made.append(conn) or real(conn))
     provider = DatabaseLockProvider("db", using="postgres", prepared_statements=True)
     with transaction.atomic(using="postgres"):
         held = provider.lock(LockConfiguration("in-atomic-prepared", "1m"))

@@ -20,8 +20,9 @@ from tslock_django import LockConfiguration, LockProviderError, MutableClock
 from tslock_django.core.query import ALL_STATES, CURRENT_STATES, ORDERS, LockQuery, record_state
 from tslock_django.core.records import LockRecord
 from tslock_django.models import FencingMark
-from tslock_django.providers import database
-from tslock_django.providers.database import MAX_PURGE_BATCH, DatabaseLockProvider, _prefix_end
+from tslock_django.providers.database import MAX_PURGE_BATCH, DatabaseLockProvider
+from tslock_django.providers.database import tables as database
+from tslock_django.providers.database.listing import prefix_end as _prefix_end
 from tslock_django.providers.epoch import to_epoch_us
 
 # A whole millisecond, so SQLite (which keeps milliseconds) stores every time exactly.
@@ -274,7 +275,7 @@ class QueryBehaviour:
         self, provider: DatabaseLockProvider, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setattr(
-            provider, "_page_statement", lambda query, after: ("SELECT nothing FROM nowhere", [])
+            provider._pages, "page", lambda query, after, now: ("SELECT nothing FROM nowhere", [])
         )
         connection = connections[self.using]
         transaction.set_autocommit(False, using=self.using)
@@ -371,7 +372,7 @@ class QueryBehaviour:
     def test_a_batch_with_more_names_than_one_statement_takes(
         self, provider: DatabaseLockProvider, clock: MutableClock, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        monkeypatch.setattr(database, "_NAMES_PER_STATEMENT", 2)
+        monkeypatch.setattr(database, "NAMES_PER_STATEMENT", 2)
         tokens = {}
         for i in range(5):
             tokens[f"p/{i}"] = self.lock(provider, f"p/{i}", "1s").fencing_token
@@ -391,10 +392,10 @@ class QueryBehaviour:
         clock.advance("1m")
         connection = connections[self.using]
         cutoff = to_epoch_us(clock.now())
-        chosen = provider._purge_candidates(connection, "purge", cutoff, 10)
+        chosen = provider._retention._purge_candidates(connection, "purge", cutoff, 10)
         assert chosen == ["p/a", "p/b", "p/c"]
         retaken = self.lock(provider, "p/b", "1h")  # between the two steps
-        assert provider._purge_batch(connection, "purge", chosen, cutoff) == 2
+        assert provider._retention._purge_batch(connection, "purge", chosen, cutoff) == 2
         assert self.names(provider, "p/") == ["p/b"]
         assert retaken.unlock() is True
         assert FencingMark.objects.using(self.using).get(id=1).mark == 2, "only deleted rows raise the mark"

@@ -17,7 +17,7 @@ from tslock_django import InvalidLockProvider, MutableClock
 from tslock_django.checks import check_providers
 from tslock_django.conf import ProviderHandler
 from tslock_django.providers import options
-from tslock_django.providers.database import _DIALECTS
+from tslock_django.providers.database.provider import DIALECTS as _DIALECTS
 
 DB = "tslock_django.providers.database.DatabaseLockProvider"
 MEMORY = "tslock_django.providers.memory.MemoryLockProvider"

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import database_marks
-from tslock_django.providers.database import DatabaseLockProvider, _Statements
+from tslock_django.providers.database import DatabaseLockProvider
+from tslock_django.providers.database.statements import Statements as _Statements
 from tslock_django.testing import StrongProviderContract
 
 

@@ -1,0 +1,166 @@
+"""The shape of the code: no module imports itself back at run time, and no room grows
+past what one reader takes in.
+
+The imports are read from the sources (``ast`` for Python, the ``import`` statements
+of the Worker's ES modules), not from a running interpreter, so an import inside a
+function counts like any other: a lazy import that closes a circle is still a circle.
+Imports under ``if TYPE_CHECKING:`` are for the type checker only and do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("tslock_django", "bench")
+#: The most lines a source file of the package may hold.
+MAX_LINES = 700
+#: The ``tslock`` command's own file keeps only the entry.
+MAX_COMMAND_LINES = 200
+
+
+def sources(package: str, suffix: str) -> Iterator[Path]:
+    for path in sorted((ROOT / package).rglob(f"*{suffix}")):
+        if "node_modules" not in path.parts:
+            yield path
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def runtime_imports(tree: ast.AST, module: str, is_package: bool, modules: set[str]) -> Iterator[str]:
+    """Every module of ``modules`` named by an import that runs (at import time or in a
+    function). ``from package import submodule`` depends on the submodule, not on the
+    package's ``__init__`` (which Python has begun to run before any of its modules)."""
+    package = module if is_package else module.rpartition(".")[0]
+
+    def visit(node: ast.AST) -> Iterator[str]:
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            for child in node.orelse:
+                yield from visit(child)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                yield submodule if submodule in modules else base
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child)
+
+    yield from visit(tree)
+
+
+def python_graph() -> dict[str, set[str]]:
+    paths = {module_name(p): p for package in PACKAGES for p in sources(package, ".py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        named = runtime_imports(tree, module, path.name == "__init__.py", set(paths))
+        graph[module] = {name for name in named if name in paths and name != module}
+    return graph
+
+
+_JS_IMPORT = re.compile(r"""^\s*(?:import|export)\s[^;]*?from\s+["'](\.{1,2}/[^"']+)["']""", re.M)
+
+
+def worker_graph() -> dict[str, set[str]]:
+    files = {p.relative_to(ROOT).as_posix(): p for p in sources("tslock_django/worker", ".js")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets = set()
+        for relative in _JS_IMPORT.findall(path.read_text(encoding="utf-8")):
+            target = (path.parent / relative).resolve().relative_to(ROOT).as_posix()
+            targets.add(target)
+        graph[name] = targets & set(files)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_the_circle_finder_finds_a_circle_through_a_lazy_import() -> None:
+    tree = ast.parse("def later():\n    from .b import thing\n")
+    graph = {"p.a": set(runtime_imports(tree, "p.a", False, {"p.a", "p.b"})), "p.b": {"p.a"}}
+    assert circles(graph) == [["p.a", "p.b"]]
+    typing_only = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import thing\n")
+    assert "p.b" not in set(runtime_imports(typing_only, "p.a", False, {"p.a", "p.b"}))
+
+
+def test_no_python_module_imports_itself_back_at_run_time() -> None:
+    assert circles(python_graph()) == []
+
+
+def test_no_worker_module_imports_itself_back() -> None:
+    graph = worker_graph()
+    assert graph, "the Worker's modules were found"
+    assert circles(graph) == []
+
+
+@pytest.mark.parametrize("suffix", [".py", ".js"])
+def test_no_source_file_of_the_package_is_over_the_limit(suffix: str) -> None:
+    sizes = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sources("tslock_django", suffix)
+        if "migrations" not in path.parts
+    }
+    assert sizes, f"the package has {suffix} sources"
+    assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def test_the_tslock_command_keeps_only_its_entry() -> None:
+    command = ROOT / "tslock_django/management/commands/tslock.py"
+    assert len(command.read_text(encoding="utf-8").splitlines()) < MAX_COMMAND_LINES

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..core.provider import check_fencing_token
 from ..core.records import ListedRecord, UnreadableRecord
 from ..core.times import format_time
 
@@ -62,6 +63,17 @@ class Selection:
     def object_id(self) -> str:
         """The LogEntry object id: ``alias:name``."""
         return f"{self.alias}:{self.name}"
+
+    def problem(self) -> str:
+        """Why no store could release this selection, or ``""``: a fencing token out of
+        the range stores keep (only an edited form posts one; the library would refuse it
+        with the same words)."""
+        if self.condition == "fencing" and isinstance(self.value, int):
+            try:
+                check_fencing_token(self.name, self.value)
+            except ValueError as err:
+                return str(err)
+        return ""
 
     def describe_condition(self) -> str:
         if self.condition == "fencing":

@@ -98,11 +98,20 @@ class LockRow:
 
     @property
     def locked_at_shown(self) -> str:
-        return format_time(self.locked_at) if self.locked_at else "-"
+        return format_short_time(self.locked_at) if self.locked_at else "-"
 
     @property
     def lock_until_shown(self) -> str:
-        return format_time(self.lock_until) if self.lock_until else "-"
+        return format_short_time(self.lock_until) if self.lock_until else "-"
+
+    @property
+    def locked_at_full(self) -> str:
+        """With the UTC offset, for the cell's tooltip."""
+        return format_time(self.locked_at) if self.locked_at else ""
+
+    @property
+    def lock_until_full(self) -> str:
+        return format_time(self.lock_until) if self.lock_until else ""
 
     @property
     def state_label(self) -> str:
@@ -134,6 +143,12 @@ UNREADABLE_RELEASE_REFUSED = (
     "that tslock cannot read (the reason is in the Held by column). Delete that value in the store, "
     "or give this project another key_prefix."
 )
+
+
+def format_short_time(value: datetime) -> str:
+    """``"2026-11-30 18:02:11"`` in the current time zone (the page header names it):
+    narrower than the ISO form with its offset, and it may wrap at the space."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _aware(value: Any) -> datetime | None:

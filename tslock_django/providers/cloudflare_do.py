@@ -427,18 +427,28 @@ class DurableObjectLockProvider(LockProvider):
         # it and it may be shown again there, while the readable records go on.
         positions: list[list[int | str] | None] = []
         previous = mark
+        # Set when records left out (below) end the page: the next page starts after them.
+        resume: list[int | str] | None = None
         for item in page:
+            left_out = False
             try:
                 record: ListedRecord = self._read_record(item)[0]
             except Unreadable as err:
                 record, place = self._unreadable(item, str(err), query, now)
             else:
                 if not query.matches(record, now):
-                    raise self._malformed(
-                        what,
-                        f"record {decode.shown(record.name, 200)!r} is not one the query asked for "
-                        "(prefix, search or state)",
-                    )
+                    # An unreadable row matches on its name alone: whether the name fits.
+                    if not query.matches(UnreadableRecord(record.name, self.alias, ""), now):
+                        raise self._malformed(
+                            what,
+                            f"record {decode.shown(record.name, 200)!r} is not one the query asked for "
+                            "(prefix or search)",
+                        )
+                    # Its name fits and its state does not: a lock that ended or was
+                    # released around the index's read (a Worker of an earlier release
+                    # dates a merged page by the latest of its shards' clocks). It is left
+                    # out; the rest of the page stands.
+                    left_out = True
                 place = query.sort_key(record)
                 if self._echoes_token(record.name):
                     # An echo of the request: placed by its name, shown without it.
@@ -454,6 +464,10 @@ class DurableObjectLockProvider(LockProvider):
                         what, f"record {decode.shown(record.name, 200)!r} is out of order or repeats one"
                     )
                 previous = place
+            if left_out:
+                resume = None if previous is None else list(previous)
+                continue
+            resume = None
             records.append(record)
             positions.append(None if previous is None else list(previous))
         if more and records and previous == mark:
@@ -463,7 +477,7 @@ class DurableObjectLockProvider(LockProvider):
                 "a whole page of records whose names or sort keys cannot be read; the listing "
                 "cannot go past them",
             )
-        return StorePage(records=records, more=more, positions=positions)
+        return StorePage(records=records, more=more, positions=positions, resume=resume if more else None)
 
     def _worker_position(self, query: LockQuery, mark: tuple[int | str, str]) -> dict[str, str | int]:
         """The Worker's ``after_key`` / ``after_name`` for keyset ``mark``. Names gain the

@@ -39,6 +39,7 @@ from django.utils import timezone
 from ...conf import providers
 from ...core.decode import visible
 from ...core.durations import GRAMMAR_HINT, parse_duration
+from ...core.human import format_duration, format_remaining
 from ...core.provider import LockProvider
 from ...core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
 from ...core.records import ListedRecord, UnreadableRecord
@@ -149,9 +150,10 @@ def _batch_size(text: str) -> int:
 
 def _age(text: str) -> timedelta:
     try:
-        return parse_duration(text, field="--expired-for")
+        # No field name: argparse puts "argument --expired-for: " before the message.
+        return parse_duration(text, field="")
     except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        raise argparse.ArgumentTypeError(str(err).lstrip(": ")) from None
 
 
 def _state(record: ListedRecord, now: datetime) -> str:
@@ -331,7 +333,7 @@ class Command(BaseCommand):
     ) -> None:
         states = STATE_CHOICES["all" if all_states else state]
         printer = _JsonPrinter(self) if as_json else _TablePrinter(self)
-        failures = 0
+        failed: list[str] = []
         left = limit
         for alias in self._aliases(provider):
             if left == 0:
@@ -342,16 +344,16 @@ class Command(BaseCommand):
                     if left is not None:
                         left -= 1
             except (InvalidLockProvider, LockProviderError, UnsupportedQuery, InvalidCursor) as err:
-                failures += 1
+                failed.append(alias)
                 # Written not to hold secrets; control characters a store's words may still
                 # hold are escaped (not backslashes: messages escape with them already).
                 self.stderr.write(visible(f"{alias}: {err}"))
             except Exception as err:  # noqa: BLE001  (report every provider, then fail)
-                failures += 1
+                failed.append(alias)
                 self.stderr.write(f"{alias}: could not be listed: unexpected {type(err).__name__}")
-        printer.close()
-        if failures:
-            raise CommandError(f"{failures} provider(s) could not be listed", returncode=1)
+        printer.close(failed)
+        if failed:
+            raise CommandError(f"{len(failed)} provider(s) could not be listed", returncode=1)
 
     def _records(
         self, alias: str, prefix: str, states: frozenset[str], limit: int | None
@@ -473,7 +475,7 @@ class Command(BaseCommand):
         batch_size: int,
         **_: Any,
     ) -> None:
-        given = self._given_duration(expired_for)
+        given = format_duration(expired_for)
         failures = 0
         for alias in self._aliases(provider):
             try:
@@ -500,14 +502,6 @@ class Command(BaseCommand):
                 self.stdout.write(f"{alias}: deleted {records} expired for more than {given}")
         if failures:
             raise CommandError(f"{failures} provider(s) could not be purged", returncode=1)
-
-    @staticmethod
-    def _given_duration(duration: timedelta) -> str:
-        seconds = int(duration.total_seconds())
-        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-            if seconds and seconds % size == 0:
-                return f"{seconds // size}{unit}"
-        return f"{duration.total_seconds():g}s"
 
     # -- reindex ------------------------------------------------------------------------
 
@@ -608,7 +602,8 @@ class _JsonPrinter:
         )
         self.count += 1
 
-    def close(self) -> None:
+    def close(self, failed: list[str]) -> None:
+        # The failures are on stderr and in the exit status: stdout stays one JSON document.
         self.out.write("[]" if self.count == 0 else "\n]")
 
 
@@ -636,7 +631,7 @@ class _TablePrinter:
             printable(record.locked_by),
             _local(record.locked_at, self.zone),
             _local(record.lock_until, self.zone),
-            "-" if remaining is None else (f"{int(remaining)}s" if remaining > 0 else "overdue"),
+            format_remaining(None if remaining is None else timedelta(seconds=remaining)),
             "-" if row["fencing_token"] is None else str(row["fencing_token"]),
             printable(str(row["token_fingerprint"] or "-")),
         ]
@@ -662,7 +657,18 @@ class _TablePrinter:
     def _line(self, cells: list[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)).rstrip()
 
-    def close(self) -> None:
+    def close(self, failed: list[str]) -> None:
+        """End the table; ``failed``: the aliases that could not be listed, whose locks
+        are missing from it (a reader of stdout alone must not take it as complete)."""
         self.flush()
+        errors = "errors are" if len(failed) > 1 else "error is"
+        names = ", ".join(printable(alias) for alias in failed)
+        missing = f"could not list {names} (the {errors} on stderr)."
         if self.count == 0:
-            self.command.stdout.write("No locks.")
+            self.command.stdout.write(
+                f"No locks in the providers that answered; the listing is incomplete: {missing}"
+                if failed
+                else "No locks."
+            )
+        elif failed:
+            self.command.stdout.write(f"The listing is incomplete: {missing}")

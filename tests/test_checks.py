@@ -398,7 +398,9 @@ def test_check_deploy_does_not_report_refused_options_twice() -> None:
         "hunter2-token:x@host://",
     ],
 )
-def test_a_malformed_tslock_url_fails_a_command_with_one_line_not_a_traceback(tmp_path: Path, url: str) -> None:
+def test_a_malformed_tslock_url_fails_a_command_with_one_line_not_a_traceback(
+    tmp_path: Path, url: str
+) -> None:
     """The settings module reads TSLOCK_URL; a bad value used to raise there, a traceback
     of some 40 lines before Django could say anything."""
     root = Path(__file__).resolve().parent.parent
@@ -420,7 +422,8 @@ def test_a_malformed_tslock_url_fails_a_command_with_one_line_not_a_traceback(tm
         assert "Traceback" not in result.stderr
         about = [line for line in result.stderr.splitlines() if "TSLOCK_URL" in line]
         assert len(about) == 1, result.stderr
-        assert about[0].startswith("?: (tslock.E008) TSLOCK_PROVIDERS['default']: environment variable TSLOCK_URL")
+        expected = "?: (tslock.E008) TSLOCK_PROVIDERS['default']: environment variable TSLOCK_URL"
+        assert about[0].startswith(expected)
         # The expected form: all of them, or the one of the scheme that was given.
         assert "cloudflare-do://TOKEN@HOST/" in about[0]
         assert "hunter2" not in result.stdout + result.stderr

@@ -69,7 +69,6 @@ def test_tslock_list_shows_remaining_time_as_the_admin_does(settings: Any) -> No
     assert row[start:].split("  ")[0] == "1h 59m", out.getvalue()
 
 
-
 def test_lock_wait_help_states_the_limit_as_a_duration() -> None:
     parser = load_command_class("tests.lockapp", "locked_job").create_parser("manage.py", "locked_job")
     assert "(at most 1h)" in " ".join(parser.format_help().split())

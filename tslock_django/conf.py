@@ -273,6 +273,8 @@ def invalid_url_error(entry: Mapping[str, Any]) -> str | None:
     options = entry.get("OPTIONS")
     error = options.get("error") if isinstance(options, Mapping) else None
     return str(error) if error else "the provider URL could not be read"
+
+
 #: Query parameters of a redis:// URL that are the provider's OPTIONS; the others stay
 #: in the URL for redis-py (e.g. ``ssl_cert_reqs``).
 REDIS_URL_OPTIONS = ("key_prefix", "timeout")

@@ -96,3 +96,9 @@ class TslockExceptionReporterFilter(SafeExceptionReporterFilter):
                 ):
                     found.append(value)
         return found
+
+
+def configured_secrets() -> list[str]:
+    """Every secret configured in ``TSLOCK_PROVIDERS``, as the filter hides them: for
+    other text that must not carry one (the journal's ``detail``)."""
+    return TslockExceptionReporterFilter()._configured_secrets()

@@ -8,18 +8,9 @@ from __future__ import annotations
 
 from django.db import models
 
+from . import outcomes
 
-class Outcome(models.TextChoices):
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    ERROR = "error"
-    LOST = "lost"
-
-
-#: The outcomes of runs that ran the job (skips and store errors did not).
-RAN = (Outcome.RUNNING, Outcome.SUCCEEDED, Outcome.FAILED, Outcome.LOST)
+OUTCOME_CHOICES = [(outcome, outcome) for outcome in outcomes.OUTCOMES]
 
 
 class Run(models.Model):
@@ -33,7 +24,7 @@ class Run(models.Model):
     id = models.BigAutoField(primary_key=True)
     name = models.CharField(max_length=255)
     provider = models.CharField(max_length=100)
-    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    outcome = models.CharField(max_length=16, choices=OUTCOME_CHOICES)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     #: Seconds from start to end.

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import IO, Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
@@ -27,10 +27,17 @@ from django.db.models import F
 from django.utils import timezone as dj_timezone
 
 from ..core.secrets import cut, scrub
-from .models import Job, Outcome, Run
+from . import outcomes
 from .schedules import Schedule
 
 logger = logging.getLogger("tslock_django")
+
+
+class Writable(Protocol):
+    """Where the journal's warning goes: a text stream or a command's ``stderr``."""
+
+    def write(self, text: str) -> Any: ...
+
 
 #: The most characters of ``detail``.
 DETAIL_LIMIT = 1000
@@ -110,7 +117,7 @@ class RunRecorder:
         using: str,
         *,
         schedule: Schedule | None = None,
-        stream: IO[str] | None = None,
+        stream: Writable | None = None,
     ) -> None:
         self.name = name
         self.alias = alias
@@ -128,12 +135,12 @@ class RunRecorder:
     def skipped(self, holder: Any | None) -> None:
         """The lock was held elsewhere: one finished ``skipped`` row."""
         held_by = str(getattr(holder, "locked_by", "") or "")[:255]
-        self._write(lambda now: self._single(now, Outcome.SKIPPED, held_by=held_by))
+        self._write(lambda now: self._single(now, outcomes.SKIPPED, held_by=held_by))
 
     def errored(self, err: BaseException) -> None:
         """The store failed and the job did not run: one finished ``error`` row."""
         detail = describe_failure(err)
-        self._write(lambda now: self._single(now, Outcome.ERROR, detail=detail))
+        self._write(lambda now: self._single(now, outcomes.ERROR, detail=detail))
 
     def started(self, held: Any) -> None:
         """The lock is ours and the job is about to run: the ``running`` row."""
@@ -159,7 +166,7 @@ class RunRecorder:
         if self.run_id is None:  # the start was not written; the warning is out already
             return
         failed = exc is not None or (exit_status is not None and exit_status != 0)
-        outcome = Outcome.FAILED if failed else Outcome.SUCCEEDED
+        outcome = outcomes.FAILED if failed else outcomes.SUCCEEDED
         detail = describe_failure(exc, exit_status=exit_status) if failed else ""
         duration = time.monotonic() - self._started
         self._write(lambda now: self._finish(now, outcome, duration, detail))
@@ -192,6 +199,8 @@ class RunRecorder:
     def _job(self, now: datetime) -> int:
         """Make sure the name's ``Job`` row exists; returns how many rows the caller's
         update must then touch (always 1)."""
+        from .models import Job
+
         schedule = self.schedule
         fields: dict[str, Any] = {"provider": self.alias}
         if schedule is not None:
@@ -207,6 +216,8 @@ class RunRecorder:
         return 1
 
     def _single(self, now: datetime, outcome: str, *, held_by: str = "", detail: str = "") -> None:
+        from .models import Job, Run
+
         Run.objects.using(self.using).create(
             name=self.name,
             provider=self.alias,
@@ -220,22 +231,24 @@ class RunRecorder:
             detail=detail,
         )
         self._job(now)
-        counter = "runs_skipped" if outcome == Outcome.SKIPPED else "runs_error"
+        counter = "runs_skipped" if outcome == outcomes.SKIPPED else "runs_error"
         Job.objects.using(self.using).filter(name=self.name).update(
             last_attempt_at=to_db(now), last_attempt_outcome=outcome, **{counter: F(counter) + 1}
         )
 
     def _start(self, now: datetime, held: Any, record: Any, deadline: datetime) -> None:
+        from .models import Job, Run
+
         runs = Run.objects.using(self.using)
         # An earlier run of this name still "running" past its deadline is lost: its
         # process died, or it lost its lock (which is why this run could take it).
-        lost = runs.filter(name=self.name, outcome=Outcome.RUNNING, deadline__lte=to_db(now)).update(
-            outcome=Outcome.LOST
+        lost = runs.filter(name=self.name, outcome=outcomes.RUNNING, deadline__lte=to_db(now)).update(
+            outcome=outcomes.LOST
         )
         run = runs.create(
             name=self.name,
             provider=self.alias,
-            outcome=Outcome.RUNNING,
+            outcome=outcomes.RUNNING,
             started_at=to_db(now),
             host=_HOST,
             pid=os.getpid(),
@@ -246,7 +259,7 @@ class RunRecorder:
         self._job(now)
         Job.objects.using(self.using).filter(name=self.name).update(
             last_run_id=run.id,
-            last_outcome=Outcome.RUNNING,
+            last_outcome=outcomes.RUNNING,
             last_started_at=to_db(now),
             last_finished_at=None,
             last_duration=None,
@@ -258,6 +271,8 @@ class RunRecorder:
         self._started_at = now
 
     def _finish(self, now: datetime, outcome: str, duration: float, detail: str) -> None:
+        from .models import Job, Run
+
         assert self.run_id is not None
         Run.objects.using(self.using).filter(id=self.run_id).update(
             outcome=outcome, finished_at=to_db(now), duration=duration, detail=detail
@@ -268,7 +283,7 @@ class RunRecorder:
             "last_duration": duration,
             "last_detail": detail,
         }
-        if outcome == Outcome.SUCCEEDED:
+        if outcome == outcomes.SUCCEEDED:
             assert self._started_at is not None
             fields["last_success_at"] = to_db(self._started_at)
             fields["last_success_duration"] = duration
@@ -280,7 +295,7 @@ class RunRecorder:
 
 
 def begin(
-    name: str, alias: str, *, schedule: Schedule | None = None, stream: IO[str] | None = None
+    name: str, alias: str, *, schedule: Schedule | None = None, stream: Writable | None = None
 ) -> RunRecorder | None:
     """The recorder of a run about to start, or ``None`` when the journal is off."""
     using = journal_database()
@@ -299,9 +314,11 @@ def _on_extended(*, alias: str, name: str, record: Any = None, **kwargs: Any) ->
     using = journal_database()
     if using is None:
         return
+    from .models import Job, Run
+
     try:
         deadline = to_db(record.lock_until)
-        Run.objects.using(using).filter(id=run_id, outcome=Outcome.RUNNING).update(deadline=deadline)
+        Run.objects.using(using).filter(id=run_id, outcome=outcomes.RUNNING).update(deadline=deadline)
         Job.objects.using(using).filter(name=name, last_run_id=run_id).update(last_deadline=deadline)
     except Exception as err:  # noqa: BLE001 - keep-alive must go on whatever the journal does
         logger.warning(

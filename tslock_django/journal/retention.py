@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 from django.db import transaction
 
-from .models import Job, Outcome, Run
+from . import outcomes
+from .models import Job, Run
 from .recorder import to_db
 
 #: The most runs one purge transaction deletes.
@@ -34,7 +35,7 @@ def purge_runs(using: str, older_than: timedelta, *, dry_run: bool = False, batc
     old = (
         Run.objects.using(using)
         .filter(started_at__lt=cutoff)
-        .exclude(outcome=Outcome.RUNNING)
+        .exclude(outcome=outcomes.RUNNING)
         .exclude(id__in=jobs.exclude(last_run_id=None).values("last_run_id"))
         .exclude(id__in=jobs.exclude(last_success_run_id=None).values("last_success_run_id"))
     )

@@ -22,7 +22,8 @@ from django.conf import settings
 from django.db.models import Q
 
 from ..core.times import format_time
-from .models import Job, Outcome, Run
+from . import outcomes
+from .models import Job, Run
 from .recorder import from_db, to_db
 from .schedules import Schedule, configured_schedules, parse_schedule, short_duration
 
@@ -33,8 +34,8 @@ STATUSES = ("new", "up", "late", "failing")
 
 def outcome_now(outcome: str, deadline: datetime | None, now: datetime) -> str:
     """``outcome`` as it stands at ``now``: a ``running`` row past its deadline is ``lost``."""
-    if outcome == Outcome.RUNNING and deadline is not None and deadline <= now:
-        return Outcome.LOST
+    if outcome == outcomes.RUNNING and deadline is not None and deadline <= now:
+        return outcomes.LOST
     return outcome
 
 
@@ -113,12 +114,12 @@ def status_of(name: str, job: Job | None, schedule: Schedule | None, now: dateti
         "detail": job.last_detail,
     }
     due = _due(schedule, success or from_db(job.first_seen_at), success is not None, now)
-    if outcome == Outcome.FAILED:
+    if outcome == outcomes.FAILED:
         reason = f"last run failed at {format_time(finished or started)}"
         if job.last_detail:
             reason += f": {job.last_detail}"
         return JobStatus(name, "failing", reason, due_at=due, **common)
-    if outcome == Outcome.LOST:
+    if outcome == outcomes.LOST:
         reason = f"last run (started {format_time(started)}) was lost: its lock ended without a result"
         return JobStatus(name, "failing", reason, due_at=due, **common)
     if schedule is not None and due is not None and now > due + schedule.grace:
@@ -186,10 +187,10 @@ def runs(
     if name is not None:
         query = query.filter(name=name)
     now = datetime.now(timezone.utc)
-    if outcome == Outcome.LOST:
-        query = query.filter(Q(outcome=Outcome.LOST) | Q(outcome=Outcome.RUNNING, deadline__lte=to_db(now)))
-    elif outcome == Outcome.RUNNING:
-        query = query.filter(Q(outcome=Outcome.RUNNING) & (Q(deadline__gt=to_db(now)) | Q(deadline=None)))
+    if outcome == outcomes.LOST:
+        query = query.filter(Q(outcome=outcomes.LOST) | Q(outcome=outcomes.RUNNING, deadline__lte=to_db(now)))
+    elif outcome == outcomes.RUNNING:
+        query = query.filter(Q(outcome=outcomes.RUNNING) & (Q(deadline__gt=to_db(now)) | Q(deadline=None)))
     elif outcome is not None:
         query = query.filter(outcome=outcome)
     if before is not None:

@@ -52,6 +52,23 @@ from .records import ListedRecord, LockRecord
 
 Guarantee = Literal["strong", "advisory"]
 
+#: The largest fencing token a store keeps: a signed 64-bit integer (the database's
+#: BIGINT, Redis's integers). Tokens start at 1 and only grow, so none is below 0.
+MAX_FENCING_TOKEN = 2**63 - 1
+
+
+def check_fencing_token(name: str, token: int) -> None:
+    """Raise ``ValueError`` unless ``token`` is a fencing token some store could hold
+    (0 to :data:`MAX_FENCING_TOKEN`): one out of that range never matches a holding,
+    and database drivers would raise ``OverflowError`` on it instead of answering."""
+    if not 0 <= token <= MAX_FENCING_TOKEN:
+        digits = str(token) if len(str(abs(token))) <= 40 else f"of {len(str(abs(token)))} digits"
+        raise ValueError(
+            f"fencing token {digits} for lock {name[:200]!r} is out of range: fencing tokens are "
+            f"whole numbers from 0 to {MAX_FENCING_TOKEN} (a signed 64-bit integer); pass the "
+            "fencing token the store reported (e.g. in the admin or 'tslock list')"
+        )
+
 
 def default_locked_by() -> str:
     """``host:pid``: enough for an operator to find the process that holds a lock."""
@@ -293,6 +310,8 @@ class LockProvider(ABC):
             ``True`` if a held lock was released; ``False`` if nothing matched.
 
         Raises:
+            ValueError: the name does not fit this store, or ``expected`` is not a
+                holding: a fencing token out of 0..``MAX_FENCING_TOKEN``, an empty token.
             LockProviderError: the store failed.
         """
         self.validate_name(name)
@@ -301,6 +320,8 @@ class LockProvider(ABC):
             raise ValueError(
                 f"expected must be a fencing token (int), a non-empty token (str) or None, got {expected!r}"
             )
+        if isinstance(expected, int):
+            check_fencing_token(name, expected)
         released = self._force_unlock(name, expected)
         signals.notify(
             signals.lock_force_released,

@@ -187,7 +187,8 @@ class RunRecorder:
             if not conn.in_atomic_block:
                 with contextlib.suppress(Exception):  # only tidying after the warning's cause
                     conn.close_if_unusable_or_obsolete()
-            text = cut(scrub(f"{type(err).__name__}: {err}", secrets_to_hide()), 300)
+            # One line, whatever the driver's message spans.
+            text = cut(" ".join(scrub(f"{type(err).__name__}: {err}", secrets_to_hide()).split()), 300)
             line = (
                 f"tslock: the journal missed this run of {self.name!r} ({text}); "
                 "the job itself was not affected"

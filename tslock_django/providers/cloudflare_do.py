@@ -26,7 +26,7 @@ from ..core.records import ListedRecord, LockRecord, UnreadableRecord
 from ..core.secrets import scrub, secret_forms
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
-from .http import PooledClient, error_for_status, json_body, parse_json, transport_errors
+from .http import PooledClient, error_for_status, json_body, parse_json
 from .options import CLOUDFLARE_MAX_KEY_BYTES, DURABLE_OBJECT
 
 #: The Worker's limit on ``locked_by`` (code points).
@@ -43,7 +43,8 @@ class DurableObjectLockProvider(LockProvider):
             a log line or an error message.
         key_prefix: prepended to every lock name, so several projects can share one
             Worker. Default ``""``.
-        timeout: seconds to wait for each HTTP request. Default ``10.0``.
+        timeout: seconds one HTTP request may take in all, from sending it to the last
+            byte of the answer. Default ``10.0``.
 
     Args:
         transport: an ``httpx.BaseTransport`` to use instead of the network (tests and
@@ -121,8 +122,7 @@ class DurableObjectLockProvider(LockProvider):
         secrets = [str(self.options["token"])]
         if body is not None and isinstance(body.get("token"), str):
             secrets.append(body["token"])
-        with transport_errors(self.alias, what, secrets):
-            response = self._http().request(method, path, json=body, params=params)
+        response = self._pool.send(self.alias, what, method, path, secrets=secrets, json=body, params=params)
         if not response.is_success:
             raise error_for_status(self.alias, what, response, self._error_detail(response), secrets)
         data = json_body(self.alias, what, response, mark_bad_numbers=mark_bad_numbers)

@@ -141,7 +141,7 @@ def scale(repeats: int) -> dict[str, Any]:
                     "history": _measure(lambda: status.runs("default", name=PROBE, limit=50), repeats),
                     "overdue (library)": _measure(lambda: status.statuses("default"), repeats),
                 }
-                for label, argv in (("tslock runs NAME", ["runs", probe]), ("tslock overdue", ["overdue"])):
+                for label, argv in (("tslock runs NAME", ["runs", PROBE]), ("tslock overdue", ["overdue"])):
                     try:
                         cells[label] = _measure(
                             lambda argv=argv: _quiet(call_command, "tslock", *argv), repeats

@@ -143,9 +143,7 @@ def scale(repeats: int) -> dict[str, Any]:
                 }
                 for label, argv in (("tslock runs NAME", ["runs", PROBE]), ("tslock overdue", ["overdue"])):
                     try:
-                        cells[label] = _measure(
-                            lambda argv=argv: _quiet(call_command, "tslock", *argv), repeats
-                        )
+                        cells[label] = _measure(lambda argv=argv: _quiet(call_command, *argv), repeats)
                     except Exception as err:  # noqa: BLE001 - a subcommand this checkout lacks
                         cells[label] = {"error": f"{type(err).__name__}: {err}"[:200]}
                 found[str(runs)] = cells

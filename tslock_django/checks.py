@@ -24,6 +24,9 @@ provider opens no connection.
   for every command of the project with ``check --deploy`` (which imports them all).
 - tslock.E007: the database provider is configured but tslock_django's tables are not
   installed (app missing from INSTALLED_APPS, or, with --database, a table missing).
+- tslock.E009: the run journal's settings are malformed: ``TSLOCK_JOURNAL`` is neither
+  ``None`` nor ``{"using": <a DATABASES alias>}``, or an entry of ``TSLOCK_SCHEDULES``
+  has a bad schedule or grace.
 """
 
 from __future__ import annotations
@@ -287,3 +290,21 @@ def _keep_alive_floor(backend: str) -> Any:
     from .providers.options import KV_MIN_KEEP_ALIVE_AT_MOST_FOR
 
     return KV_MIN_KEEP_ALIVE_AT_MOST_FOR
+
+
+@register()
+def check_journal(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``TSLOCK_JOURNAL`` and ``TSLOCK_SCHEDULES`` (tslock.E009): read from settings
+    only, no database access."""
+    from .journal.recorder import journal_database
+    from .journal.status import schedules_from_settings
+
+    errors: list[CheckMessage] = []
+    for read in (journal_database, schedules_from_settings):
+        try:
+            read()
+        except ValueError as err:
+            errors.append(
+                Error(str(err), hint="See the README section on the run journal.", id="tslock.E009")
+            )
+    return errors

@@ -147,21 +147,23 @@ def test_the_journal_off_writes_nothing(db: None) -> None:
 
 
 def test_a_journal_on_a_database_that_is_down_never_changes_the_job(django_db_blocker: object) -> None:
-    with override_settings(TSLOCK_PROVIDERS=MEMORY, TSLOCK_JOURNAL={"using": "unreachable"}):
-        with django_db_blocker.unblock():  # type: ignore[attr-defined]
-            out, err = run("journaled_job", "--shard", "down")
-            assert out == "done\n", "the job ran"
-            lines = err.splitlines()
-            assert len(lines) == 1 and lines[0].startswith(
-                "tslock: the journal missed this run of 'journaled-down'"
-            )
-            assert "the job itself was not affected" in lines[0]
-            with pytest.raises(CommandError, match="the import broke"):
-                run("journaled_job", "--shard", "down", "--fail", "the import broke")
-            holder = providers["default"].lock(LockConfiguration("journaled-down", "1m"))
-            assert holder is not None
-            out, err = run("journaled_job", "--shard", "down")
-            assert out == "" and "skipped: " in err, "skips as without a journal"
+    with (
+        override_settings(TSLOCK_PROVIDERS=MEMORY, TSLOCK_JOURNAL={"using": "unreachable"}),
+        django_db_blocker.unblock(),  # type: ignore[attr-defined]
+    ):
+        out, err = run("journaled_job", "--shard", "down")
+        assert out == "done\n", "the job ran"
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            "tslock: the journal missed this run of 'journaled-down'"
+        )
+        assert "the job itself was not affected" in lines[0]
+        with pytest.raises(CommandError, match="the import broke"):
+            run("journaled_job", "--shard", "down", "--fail", "the import broke")
+        holder = providers["default"].lock(LockConfiguration("journaled-down", "1m"))
+        assert holder is not None
+        out, err = run("journaled_job", "--shard", "down")
+        assert out == "" and "skipped: " in err, "skips as without a journal"
 
 
 @pytest.mark.django_db(databases=["default"])

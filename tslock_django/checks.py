@@ -28,6 +28,9 @@ provider opens no connection.
   unset, empty or malformed. The settings module cannot report it without a traceback,
   so the reader leaves an entry standing for the error, and this check reports it in one
   line naming the variable and the forms a URL takes (never the URL itself).
+- tslock.E009: the run journal's settings are malformed: ``TSLOCK_JOURNAL`` is neither
+  ``None`` nor ``{"using": <a DATABASES alias>}``, or an entry of ``TSLOCK_SCHEDULES``
+  has a bad schedule or grace.
 """
 
 from __future__ import annotations
@@ -303,3 +306,21 @@ def _keep_alive_floor(backend: str) -> Any:
     from .providers.options import KV_MIN_KEEP_ALIVE_AT_MOST_FOR
 
     return KV_MIN_KEEP_ALIVE_AT_MOST_FOR
+
+
+@register()
+def check_journal(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``TSLOCK_JOURNAL`` and ``TSLOCK_SCHEDULES`` (tslock.E009): read from settings
+    only, no database access."""
+    from .journal.recorder import journal_database
+    from .journal.status import schedules_from_settings
+
+    errors: list[CheckMessage] = []
+    for read in (journal_database, schedules_from_settings):
+        try:
+            read()
+        except ValueError as err:
+            errors.append(
+                Error(str(err), hint="See the README section on the run journal.", id="tslock.E009")
+            )
+    return errors

@@ -11,8 +11,9 @@ from typing import Literal, ParamSpec, TypeVar
 
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
-from .core.executor import HeldLock, give_back, take
+from .core.executor import HeldLock
 from .exceptions import LockHeld, TslockError
+from .guard import GuardedRun
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -21,7 +22,7 @@ OnLocked = Literal["skip", "raise"]
 
 #: What each ``with lock(...)`` entered in this thread or task, innermost last, so that
 #: ``__exit__`` finds its own holding without state on the (shareable) lock object.
-_entered: contextvars.ContextVar[tuple[tuple[lock, HeldLock, bool], ...]] = contextvars.ContextVar(
+_entered: contextvars.ContextVar[tuple[tuple[lock, GuardedRun], ...]] = contextvars.ContextVar(
     "tslock_entered", default=()
 )
 
@@ -55,6 +56,8 @@ class lock:
         keep_alive: extend every ``lock_at_most_for / 2`` while running.
         wait: how long to keep trying while the lock is held (default: try once).
         on_locked: decorator only: ``"skip"`` (default) or ``"raise"``.
+        journal: record each run in the journal (``TSLOCK_JOURNAL``) like a locked
+            command's: off by default, since ``lock`` also guards hot code paths.
 
     Raises:
         ValueError: bad name, durations or ``on_locked`` (at construction).
@@ -71,6 +74,7 @@ class lock:
         keep_alive: bool = False,
         wait: DurationLike = 0,
         on_locked: OnLocked = "skip",
+        journal: bool = False,
     ) -> None:
         if on_locked not in ("skip", "raise"):
             raise ValueError(f"on_locked must be 'skip' or 'raise', got {on_locked!r}")
@@ -79,33 +83,36 @@ class lock:
         self.keep_alive = keep_alive
         self.wait = wait
         self.on_locked = on_locked
+        self.journal = journal
 
-    def _take(self) -> tuple[HeldLock, bool]:
-        from . import providers
-
-        return take(providers.get(self.using), self.config, keep_alive=self.keep_alive, wait=self.wait)
+    def _run(self) -> GuardedRun:
+        """A fresh run of this lock (state per call, never on the shared object)."""
+        return GuardedRun(
+            self.config, self.using, keep_alive=self.keep_alive, wait=self.wait, journal=self.journal
+        )
 
     # -- context manager ---------------------------------------------------------------
 
     def __enter__(self) -> HeldLock:
-        held, acquired = self._take()
-        _entered.set((*_entered.get(), (self, held, acquired)))
+        run = self._run()
+        held = run.enter()
+        _entered.set((*_entered.get(), (self, run)))
         return held
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         entries = _entered.get()
-        mine = [i for i, (owner, _, _) in enumerate(entries) if owner is self]
+        mine = [i for i, (owner, _) in enumerate(entries) if owner is self]
         if not mine:
             raise TslockError(
                 f"{self!r} was exited in another thread or task than the one that entered it; "
                 "enter and exit a lock in the same thread or asyncio task"
             )
         index = mine[-1]
-        _, held, acquired = entries[index]
+        _, run = entries[index]
         _entered.set(entries[:index] + entries[index + 1 :])
-        give_back(held, acquired)
+        run.exit(exc)
 
     # -- decorator -------------------------------------------------------------------
 
@@ -118,16 +125,20 @@ class lock:
 
         @functools.wraps(func)
         def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            run = self._run()
             try:
-                held, acquired = self._take()
+                run.enter()
             except LockHeld:
                 if self.on_locked == "raise":
                     raise
                 return None
             try:
-                return func(*args, **kwargs)
-            finally:
-                give_back(held, acquired)
+                result = func(*args, **kwargs)
+            except BaseException as exc:
+                run.exit(exc)
+                raise
+            run.exit()
+            return result
 
         return locked
 

@@ -481,7 +481,7 @@ def test_purge_store_failure_is_exit_status_1(settings: Any) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "the following arguments are required: --expired-for"),
+        ([], "purge needs --expired-for \\(lock records\\), --runs-older-than"),
         (["--expired-for", "soon"], r"cannot read 'soon' as a duration; use seconds"),
         (["--expired-for=-3d"], "must not be negative"),
         (["--expired-for", "30d", "--batch-size", "0"], "--batch-size: must be a whole number"),

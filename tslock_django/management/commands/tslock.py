@@ -36,6 +36,8 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from ...cli import overdue, runs
+from ...cli.purge_runs import purge_runs
 from ...conf import providers
 from ...core.decode import visible
 from ...core.durations import GRAMMAR_HINT, parse_duration
@@ -197,7 +199,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
-            dest="subcommand", metavar="{list,release,check,purge,reindex,worker,runtime}", required=True
+            dest="subcommand",
+            metavar="{list,release,check,purge,reindex,worker,runtime,runs,overdue}",
+            required=True,
         )
         # CommandParser.add_subparsers passes called_from_command_line on, so a usage error
         # in a subcommand is a CommandError under call_command and a usage line in a shell.
@@ -250,10 +254,15 @@ class Command(BaseCommand):
         purge = sub.add_parser("purge", help="Delete records that expired long ago.")
         purge.add_argument(
             "--expired-for",
-            required=True,
             type=_age,
             metavar="DURATION",
-            help=f"Delete records expired for longer than this ({GRAMMAR_HINT}); e.g. 30d.",
+            help=f"Delete lock records expired for longer than this ({GRAMMAR_HINT}); e.g. 30d.",
+        )
+        purge.add_argument(
+            "--runs-older-than",
+            type=_age,
+            metavar="DURATION",
+            help="Delete the journal's runs older than this, keeping each name's latest run and success.",
         )
         purge.add_argument("--provider", help="Only this provider alias.")
         purge.add_argument(
@@ -290,13 +299,21 @@ class Command(BaseCommand):
         )
 
         _runtime.add_arguments(sub.add_parser("runtime", help=_runtime.HELP))
+        runs.add_arguments(sub.add_parser("runs", help=runs.HELP))
+        overdue.add_arguments(sub.add_parser("overdue", help=overdue.HELP))
         for subparser in sub.choices.values():
             _accept_django_options(subparser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdin: TextIO = options.get("stdin") or sys.stdin
         action = options["subcommand"]
-        getattr(self, f"handle_{action}")(**options)
+        if action == "runs":
+            runs.handle(self, options)
+        elif action == "overdue":
+            if overdue.handle(self, options):
+                raise CommandError("scheduled jobs are late or failing (listed above)", returncode=1)
+        else:
+            getattr(self, f"handle_{action}")(**options)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -469,12 +486,21 @@ class Command(BaseCommand):
     def handle_purge(
         self,
         *,
-        expired_for: timedelta,
+        expired_for: timedelta | None,
+        runs_older_than: timedelta | None,
         provider: str | None,
         dry_run: bool,
         batch_size: int,
         **_: Any,
     ) -> None:
+        if expired_for is None and runs_older_than is None:
+            raise CommandError(
+                "purge needs --expired-for (lock records), --runs-older-than (runs) or both", returncode=2
+            )
+        if runs_older_than is not None:
+            purge_runs(self, runs_older_than, dry_run=dry_run, batch_size=batch_size)
+        if expired_for is None:
+            return
         given = format_duration(expired_for)
         failures = 0
         for alias in self._aliases(provider):

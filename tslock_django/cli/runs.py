@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ..core.decode import visible
+from ..core.times import format_time
 from ..journal import outcomes
 from ..journal.recorder import from_db, journal_database
 from ..journal.status import outcome_now, runs
@@ -87,10 +88,11 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     if not rows:
         command.stdout.write("No runs.")
         return
-    for row in rows:
+    for run, row in zip(found, rows):
         duration = "-" if row["duration"] is None else f"{row['duration']:.2f}s"
         extra = row["detail"] or (f"held by {row['held_by']}" if row["held_by"] else "")
+        started = format_time(from_db(run.started_at))  # type: ignore[arg-type]
         command.stdout.write(
-            f"{row['started_at']}  {visible(row['name'])}  {row['outcome']:<9}  {duration:>9}  "
+            f"{started}  {visible(row['name'])}  {row['outcome']:<9}  {duration:>9}  "
             f"{visible(row['host'] or '-')}:{row['pid'] or '-'}  {visible(extra)}".rstrip()
         )

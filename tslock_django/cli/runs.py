@@ -88,7 +88,7 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> None:
     if not rows:
         command.stdout.write("No runs.")
         return
-    for run, row in zip(found, rows):
+    for run, row in zip(found, rows, strict=True):
         duration = "-" if row["duration"] is None else f"{row['duration']:.2f}s"
         extra = row["detail"] or (f"held by {row['held_by']}" if row["held_by"] else "")
         started = format_time(from_db(run.started_at))  # type: ignore[arg-type]

@@ -95,7 +95,7 @@ class GuardedRun:
             if self._recorder is not None:
                 if isinstance(exc, SystemExit) and exc.code in (0, None):
                     exc = None  # sys.exit(0) is a success
-                self._recorder.finished(exc, exit_status=exit_status)
+                self._recorder.finished(exc, exit_status=exit_status, lock_lost=held.lost.is_set())
         finally:
             self.held = None
             give_back(held, self._acquired)

@@ -226,3 +226,30 @@ def test_runs_are_newest_first_with_a_keyset(using: str) -> None:
     rest = runs(using, name="journaled-many", limit=10, before=(from_db(first[-1].started_at), first[-1].id))  # type: ignore[arg-type]
     assert [r.id for r in first + rest] == sorted((r.id for r in rows(using, "journaled-many")), reverse=True)
     assert runs(using, outcome=outcomes.FAILED) == []
+
+
+def test_a_run_that_lost_its_lock_to_keep_alive_ends_lost(using: str) -> None:
+    from tslock_django.guard import GuardedRun
+
+    guarded = GuardedRun(LockConfiguration("slipped", "1m"), "default", journal=True)
+    held = guarded.enter()
+    held.lost.set()  # what keep-alive does when the store refuses an extension
+    guarded.exit()
+    [row] = rows(using, "slipped")
+    assert row.outcome == outcomes.LOST
+    assert row.detail == "keep-alive could not keep the lock while the job ran; it ended succeeded"
+    job = Job.objects.using(using).get(name="slipped")
+    assert job.runs_lost == 1 and job.runs_succeeded == 0 and job.last_success_at is None
+
+
+def test_a_run_written_lost_by_a_later_one_stays_lost_when_it_ends(using: str) -> None:
+    from tslock_django.guard import GuardedRun
+
+    slow = GuardedRun(LockConfiguration("slow", "1m"), "default", journal=True)
+    slow.enter()
+    [row] = rows(using, "slow")
+    Run.objects.using(using).filter(id=row.id).update(outcome=outcomes.LOST)
+    slow.exit()
+    row.refresh_from_db()
+    assert row.outcome == outcomes.LOST and row.detail == "ended succeeded after its lock had expired"
+    assert row.finished_at is not None

@@ -156,9 +156,12 @@ class RunRecorder:
             with _active_mutex:
                 _active[self._key] = self.run_id
 
-    def finished(self, exc: BaseException | None = None, *, exit_status: int | None = None) -> None:
+    def finished(
+        self, exc: BaseException | None = None, *, exit_status: int | None = None, lock_lost: bool = False
+    ) -> None:
         """The job ended: ``succeeded``, or ``failed`` when it raised ``exc`` or exited
-        with a status other than 0."""
+        with a status other than 0; ``lost`` when its lock was lost while it ran
+        (``lock_lost``: keep-alive could not keep it), with how the job ended as detail."""
         if self._key is not None:
             with _active_mutex:
                 if _active.get(self._key) == self.run_id:
@@ -168,6 +171,10 @@ class RunRecorder:
         failed = exc is not None or (exit_status is not None and exit_status != 0)
         outcome = outcomes.FAILED if failed else outcomes.SUCCEEDED
         detail = describe_failure(exc, exit_status=exit_status) if failed else ""
+        if lock_lost:
+            ended = f"it ended {outcome}" + (f" ({detail})" if detail else "")
+            detail = cut(f"keep-alive could not keep the lock while the job ran; {ended}", DETAIL_LIMIT)
+            outcome = outcomes.LOST
         duration = time.monotonic() - self._started
         self._write(lambda now: self._finish(now, outcome, duration, detail))
 
@@ -275,16 +282,26 @@ class RunRecorder:
         from .models import Job, Run
 
         assert self.run_id is not None
-        Run.objects.using(self.using).filter(id=self.run_id).update(
+        mine = Run.objects.using(self.using).filter(id=self.run_id)
+        if not mine.filter(outcome=outcomes.RUNNING).update(
             outcome=outcome, finished_at=to_db(now), duration=duration, detail=detail
-        )
+        ):
+            # A later run found this one past its deadline and wrote it lost: it ran on
+            # after its lock had expired. It stays lost; say how it ended.
+            late = cut(
+                f"ended {outcome} after its lock had expired" + (f": {detail}" if detail else ""), 1000
+            )
+            mine.update(finished_at=to_db(now), duration=duration, detail=late)
+            return
         fields: dict[str, Any] = {
             "last_outcome": outcome,
             "last_finished_at": to_db(now),
             "last_duration": duration,
             "last_detail": detail,
         }
-        if outcome == outcomes.SUCCEEDED:
+        if outcome == outcomes.LOST:
+            fields["runs_lost"] = F("runs_lost") + 1
+        elif outcome == outcomes.SUCCEEDED:
             assert self._started_at is not None
             fields["last_success_at"] = to_db(self._started_at)
             fields["last_success_duration"] = duration

@@ -138,11 +138,11 @@ LATENCY_PAUSE_S = 0.01
 
 
 def _variant(folder: Path, wrapper: str | None) -> Path:
-    """The shipped index.js, and the bench wrapper beside it (returns the module to run)."""
-    from tslock_django.worker.export import WORKER_DIR
+    """The shipped Worker's modules, and the bench wrapper beside them (returns the module
+    to run)."""
+    from tslock_django.worker.export import copy_worker_modules
 
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
+    copy_worker_modules(folder)
     if wrapper is None:
         return folder / "index.js"
     shutil.copy(BENCH_WORKER / wrapper, folder / wrapper)

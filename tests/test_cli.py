@@ -30,6 +30,7 @@ from tslock_django.core.clock import MutableClock
 from tslock_django.core.provider import SimpleLock
 from tslock_django.core.records import LockRecord
 from tslock_django.signals import lock_force_released
+from tslock_django.worker.export import worker_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -283,12 +284,9 @@ def test_check_exit_status_from_the_shell(tmp_path: Path) -> None:
 
 def test_worker_writes_the_bundle(tmp_path: Path) -> None:
     out, _ = run("worker", "--output", str(tmp_path / "w"))
-    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == [
-        "DEPLOY.md",
-        "index.js",
-        "package.json",
-        "wrangler.jsonc",
-    ]
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == sorted(
+        ["DEPLOY.md", *worker_modules(), "package.json", "wrangler.jsonc"]
+    )
     assert "Wrote the Worker bundle" in out
     with pytest.raises(CommandError, match=r"exist"):
         run("worker", "--output", str(tmp_path / "w"))

@@ -30,7 +30,17 @@ ROOT = Path(__file__).resolve().parent.parent
 #: migrations or the local Worker break only after installation.
 REQUIRED_IN_WHEEL = (
     "tslock_django/py.typed",
+    # The Worker's ES modules (index.js the entry).
     "tslock_django/worker/index.js",
+    "tslock_django/worker/answers.js",
+    "tslock_django/worker/index_shard.js",
+    "tslock_django/worker/layout.js",
+    "tslock_django/worker/listing.js",
+    "tslock_django/worker/lock_object.js",
+    "tslock_django/worker/repair.js",
+    "tslock_django/worker/router.js",
+    "tslock_django/worker/text.js",
+    "tslock_django/worker/validation.js",
     "tslock_django/worker/serve.mjs",
     "tslock_django/worker/package.json",
     "tslock_django/worker/package-lock.json",

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import require_node
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 from tslock_django.testing.worker_runtime import LocalWorker
-from tslock_django.worker.export import WORKER_DIR
+from tslock_django.worker.export import copy_worker_modules
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -25,7 +25,7 @@ def fixture_worker(folder: Path, fixture: str, variables: dict[str, str]) -> Loc
     """A (not yet started) LocalWorker running ``fixtures/<fixture>``, a test-only wrapper
     of the shipped Worker: both are copied into ``folder``, since the wrapper imports
     ``./index.js``."""
-    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
+    copy_worker_modules(folder)
     shutil.copy(FIXTURES / fixture, folder / fixture)
     return LocalWorker(script=folder / fixture, variables=variables)
 

@@ -10,14 +10,14 @@ from pathlib import Path
 from tests.conftest import require_node
 from tests.worker.test_worker_listing import acquire, client, names, query, wait_until
 from tslock_django.testing.worker_runtime import LocalWorker
-from tslock_django.worker.export import WORKER_DIR
+from tslock_django.worker.export import copy_worker_modules
 
 PRUNE_PROBE = Path(__file__).parent / "fixtures" / "prune_probe.js"
 
 
 def test_pruning_walks_indexes_in_batches(tmp_path: Path) -> None:
     require_node()
-    shutil.copy(WORKER_DIR / "index.js", tmp_path / "index.js")
+    copy_worker_modules(tmp_path)
     shutil.copy(PRUNE_PROBE, tmp_path / "probe.js")
     with (
         LocalWorker(script=tmp_path / "probe.js", variables={"TSLOCK_INDEX_SHARDS": "1"}) as worker,

@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tslock_django.worker.export import WORKER_DIR, WRANGLER_VERSION, parse_jsonc, write_worker_bundle
+from tools.check_install import REQUIRED_IN_WHEEL
+from tslock_django.worker.export import (
+    WORKER_DIR,
+    WRANGLER_VERSION,
+    parse_jsonc,
+    worker_modules,
+    write_worker_bundle,
+)
+
+MODULES = worker_modules()
 
 
 def test_the_bundle_holds_the_shipped_worker_and_a_valid_config(tmp_path: Path) -> None:
     paths = write_worker_bundle(tmp_path / "out", worker_name="acme-locks")
-    assert [p.name for p in paths] == ["index.js", "wrangler.jsonc", "package.json", "DEPLOY.md"]
-    assert (tmp_path / "out" / "index.js").read_bytes() == (WORKER_DIR / "index.js").read_bytes()
+    assert [p.name for p in paths] == [*MODULES, "wrangler.jsonc", "package.json", "DEPLOY.md"]
+    assert MODULES[0] == "index.js" and len(MODULES) > 1
+    for name in MODULES:
+        assert (tmp_path / "out" / name).read_bytes() == (WORKER_DIR / name).read_bytes(), name
     config = parse_jsonc((tmp_path / "out" / "wrangler.jsonc").read_text())
     assert config["name"] == "acme-locks"
     assert config["main"] == "index.js"
@@ -46,9 +60,39 @@ def test_the_bundle_pins_wrangler_exactly(tmp_path: Path) -> None:
 
 
 def test_the_classes_the_config_names_are_exported_by_the_worker() -> None:
-    source = (WORKER_DIR / "index.js").read_text()
-    assert "export class LockObject" in source
-    assert "export class LockIndex" in source
+    entry = (WORKER_DIR / "index.js").read_text()
+    assert 'export { LockObject } from "./lock_object.js";' in entry
+    assert 'export { LockIndex } from "./index_shard.js";' in entry
+    assert "export default {" in entry
+    assert "export class LockObject " in (WORKER_DIR / "lock_object.js").read_text()
+    assert "export class LockIndex " in (WORKER_DIR / "index_shard.js").read_text()
+
+
+RELATIVE_IMPORT = re.compile(r'^(?:import|export)\b[^;]*?\bfrom "(\./[^"]+)";', re.MULTILINE)
+
+
+def test_the_modules_are_exactly_what_the_entry_imports() -> None:
+    # What the bundle, the wheel and the test copies ship is every .js file of the
+    # folder: each must be reached from the entry, and every import must be shipped.
+    reached, waiting = set(), ["index.js"]
+    while waiting:
+        name = waiting.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for target in RELATIVE_IMPORT.findall((WORKER_DIR / name).read_text()):
+            assert target[2:] in MODULES, f"{name} imports {target}, which is not shipped"
+            waiting.append(target[2:])
+    assert reached == set(MODULES)
+    # Any other import is the runtime's own.
+    for name in MODULES:
+        for line in (WORKER_DIR / name).read_text().splitlines():
+            if line.startswith("import "):
+                assert '"./' in line or '"cloudflare:workers"' in line, f"{name}: {line}"
+
+
+def test_the_wheel_check_names_every_module() -> None:
+    assert {f"tslock_django/worker/{name}" for name in MODULES} <= set(REQUIRED_IN_WHEEL)
 
 
 def test_the_local_runtime_and_the_deployment_use_one_compatibility_date() -> None:
@@ -104,3 +148,60 @@ def test_an_unwritable_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(NotADirectoryError) as caught:
         write_worker_bundle(tmp_path / "file" / "out")
     assert str(caught.value).startswith(f"cannot write the Worker bundle to {tmp_path / 'file' / 'out'}")
+
+
+def find_wrangler() -> str:
+    """wrangler's executable: ``$TSLOCK_WRANGLER``, else ``wrangler`` on PATH."""
+    found = os.environ.get("TSLOCK_WRANGLER") or shutil.which("wrangler")
+    if not found:
+        pytest.skip(
+            "wrangler is not installed: set TSLOCK_WRANGLER to its executable or put it on PATH "
+            f"(`npm install wrangler@{WRANGLER_VERSION}` in a scratch folder puts it in "
+            "node_modules/.bin)"
+        )
+    return found
+
+
+def test_wrangler_bundles_the_exported_folder_as_it_is(tmp_path: Path) -> None:
+    # What `npx wrangler deploy` does first, without an account: follow the imports
+    # from `main`, bundle them, and read the bindings.
+    wrangler = find_wrangler()
+    write_worker_bundle(tmp_path / "bundle")
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        # Nothing written under the real home; no telemetry.
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "WRANGLER_SEND_METRICS": "false",
+        "CI": "true",
+    }
+    done = subprocess.run(
+        [wrangler, "deploy", "--dry-run", "--outdir", str(tmp_path / "out")],
+        cwd=tmp_path / "bundle",
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "env.LOCKS (LockObject)" in done.stdout and "env.LOCK_INDEX (LockIndex)" in done.stdout
+    bundled = (tmp_path / "out" / "index.js").read_text()
+    # The script wrangler uploads exports what wrangler.jsonc names...
+    assert re.search(r"export \{\s*LockIndex,\s*LockObject,\s*\w+ as default\s*\}", bundled)
+    # ...and holds something of every module.
+    for needed in (
+        "CREATE TABLE IF NOT EXISTS lock_state",  # lock_object.js
+        "CREATE INDEX IF NOT EXISTS locks_by_lock_until",  # index_shard.js
+        "function route(",  # router.js
+        "function queryLayout(",  # listing.js
+        "function reconcileRound(",  # repair.js
+        "function layouts(",  # layout.js
+        "function requireDurations(",  # validation.js
+        "function readJson(",  # answers.js
+        "function compareNames(",  # text.js
+        "internal error in the tslock Worker",  # index.js
+    ):
+        assert needed in bundled, needed

@@ -19,7 +19,7 @@ from tslock_django.core.query import LockQuery
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 from tslock_django.testing.worker_runtime import LocalWorker
-from tslock_django.worker.export import WORKER_DIR
+from tslock_django.worker.export import copy_worker_modules
 
 OLD_WORKER = Path(__file__).parent / "fixtures" / "index_before_queries.js"
 
@@ -289,7 +289,7 @@ PLAN_PROBE = Path(__file__).parent / "fixtures" / "plan_probe.js"
 def planner(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A client of the shipped Worker whose index answers with SQLite's query plan."""
     folder = tmp_path_factory.mktemp("plan")
-    shutil.copy(WORKER_DIR / "index.js", folder / "index.js")
+    copy_worker_modules(folder)
     shutil.copy(PLAN_PROBE, folder / "probe.js")
     with LocalWorker(script=folder / "probe.js") as worker, client(worker) as api:
         yield api

@@ -20,9 +20,10 @@ from tests.conftest import require_node
 from tslock_django.management.commands import _runtime
 from tslock_django.testing import worker_runtime
 from tslock_django.testing.worker_runtime import LocalWorker, WorkerRuntimeError
+from tslock_django.worker.export import worker_modules
 
 SOURCE = worker_runtime.WORKER_DIR
-SHIPPED = ("index.js", "serve.mjs", "package.json", "package-lock.json")
+SHIPPED = (*worker_modules(), "serve.mjs", "package.json", "package-lock.json")
 
 
 @pytest.fixture

@@ -244,8 +244,11 @@ class LocalWorker:
         start_timeout: seconds to wait for the ``READY`` line.
         install: install the runtime into the per-user cache when it is missing (see
             :meth:`install_runtime`); with ``False`` a missing runtime is an error.
-        script: run this Worker module instead of the shipped ``index.js``, with the
-            same bindings (tests start an older release of the Worker this way).
+        script: run this entry module instead of the shipped ``index.js``, with the
+            same bindings; the modules it imports are loaded from beside it (tests start
+            an older release of the Worker this way, or a wrapper that imports
+            ``./index.js`` from a copy made by
+            :func:`tslock_django.worker.export.copy_worker_modules`).
         variables: Worker variables (wrangler.jsonc's ``vars``), e.g.
             ``{"TSLOCK_INDEX_SHARDS": "16"}``; changing them takes a :meth:`restart`.
 

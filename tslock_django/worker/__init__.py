@@ -1,2 +1,3 @@
-"""The companion Cloudflare Worker (``index.js``) that the Durable Objects provider talks to,
-its wrangler configuration, a local launcher (``serve.mjs``) and :func:`export.write_worker_bundle`."""
+"""The companion Cloudflare Worker that the Durable Objects provider talks to (ES modules,
+``index.js`` the entry), its wrangler configuration, a local launcher (``serve.mjs``) and
+:func:`export.write_worker_bundle`."""

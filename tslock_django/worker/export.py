@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 WORKER_DIR = Path(__file__).resolve().parent
+
+#: The Worker's entry module: wrangler.jsonc's ``main``, exporting the fetch handler and
+#: the Durable Object classes; the other modules are the ones it imports.
+ENTRY_MODULE = "index.js"
 
 # Cloudflare's rule for Worker names: lowercase letters, digits and dashes, at most 63,
 # not starting or ending with a dash (the name becomes a DNS label on workers.dev).
@@ -27,8 +32,10 @@ DEPLOY_NOTES = """\
 # Deploying the tslock Worker
 
 This folder holds the companion Worker of tslock-django: one Durable Object per lock
-name (SQLite-backed) and N index objects (shards) for listing. You need a Cloudflare account
-and Node.js 20.3 or newer; nothing here needs a build step.
+name (SQLite-backed) and N index objects (shards) for listing. The Worker is the `.js`
+files, plain ES modules: `index.js` is its entry (`main` in wrangler.jsonc), and wrangler
+bundles the modules it imports when it deploys. You need a Cloudflare account and
+Node.js 20.3 or newer; nothing here needs a build step.
 
 0. Install the wrangler version this folder pins (package.json; about 200 MB in
    node_modules), so every `npx wrangler` below runs that version:
@@ -143,11 +150,33 @@ through); watch them with `npx wrangler tail`.
 """
 
 
+def worker_modules() -> list[str]:
+    """The file names of the Worker's ES modules: :data:`ENTRY_MODULE` first, then the
+    modules beside it (every ``.js`` file of the package's worker folder) by name."""
+    others = sorted(p.name for p in WORKER_DIR.glob("*.js") if p.name != ENTRY_MODULE)
+    return [ENTRY_MODULE, *others]
+
+
+def copy_worker_modules(folder: str | Path) -> list[Path]:
+    """Copy the Worker's ES modules into ``folder`` (created if missing) and return their
+    paths, the entry first.
+
+    A test or benchmark wrapper placed beside them imports ``./index.js`` and runs the
+    shipped Worker with its own changes on top."""
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    copied = [target / name for name in worker_modules()]
+    for path in copied:
+        shutil.copyfile(WORKER_DIR / path.name, path)
+    return copied
+
+
 def write_worker_bundle(
     output_dir: str | Path, *, worker_name: str = "tslock", overwrite: bool = False
 ) -> list[Path]:
-    """Write ``index.js``, ``wrangler.jsonc``, ``package.json`` (pinning wrangler) and
-    ``DEPLOY.md`` into ``output_dir``.
+    """Write the Worker's ES modules (``index.js`` first, then the modules it imports),
+    ``wrangler.jsonc``, ``package.json`` (pinning wrangler) and ``DEPLOY.md`` into
+    ``output_dir``.
 
     Args:
         output_dir: the folder to write to; created if missing.
@@ -171,7 +200,7 @@ def write_worker_bundle(
         )
     target = Path(output_dir)
     contents = {
-        "index.js": (WORKER_DIR / "index.js").read_text(encoding="utf-8"),
+        **{name: (WORKER_DIR / name).read_text(encoding="utf-8") for name in worker_modules()},
         "wrangler.jsonc": _wrangler_config(worker_name),
         "package.json": _package_json(worker_name),
         "DEPLOY.md": DEPLOY_NOTES.format(worker_name=worker_name),

@@ -7,8 +7,9 @@
 // The bearer secret comes from --token or the TSLOCK_TOKEN environment variable; with
 // neither, the Worker runs without one and answers 500 (as a deployment without the
 // wrangler secret would). Prints exactly one line, "READY <url>", once requests can be
-// served, and stops cleanly on SIGTERM or SIGINT. --script runs another Worker module in
-// place of index.js with the same bindings (tests use it to start an older release).
+// served, and stops cleanly on SIGTERM or SIGINT. --script runs another entry module in
+// place of index.js with the same bindings (tests use it to start an older release, or a
+// wrapper importing ./index.js from a copy of the Worker's modules).
 //
 // Miniflare is looked up in --runtime DIR (a folder holding node_modules), then next to
 // this file (a development checkout after `npm ci`), then in the per-user cache where
@@ -80,6 +81,8 @@ const Miniflare = await loadMiniflare();
 const script = values.script ? resolve(values.script) : join(here, "index.js");
 const mf = new Miniflare({
   modules: true,
+  // The entry module; Miniflare follows its relative imports (the Worker's other modules,
+  // beside it) and loads each one, as wrangler does when it bundles them for a deploy.
   scriptPath: script,
   // Module names are paths from the script's folder; without this they are relative to
   // the working directory, and workerd refuses a "../" name when started from elsewhere.

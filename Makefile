@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 # What ruff reads: the Python sources (not the Markdown, whose examples are excerpts).
 PY_SOURCES := $(wildcard tslock_django tests testproject bench tools manage.py)
 
-.PHONY: demo test lint typecheck unit venv npm browser bench clean matrix matrix-newest check-install
+.PHONY: demo test lint typecheck unit venv npm wrangler browser bench clean matrix matrix-newest check-install
 
 $(STAMP): pyproject.toml
 	@echo "make: installing tslock-django and its test tools into $(VENV) (about a minute, first run only)"
@@ -28,6 +28,14 @@ $(WORKER)/node_modules/.package-lock.json: $(WORKER)/package-lock.json
 
 npm: $(WORKER)/node_modules/.package-lock.json
 
+# wrangler, for the test that its dry run bundles the exported Worker folder as users deploy it
+# (tools/wrangler, never shipped; about 195 MB).
+WRANGLER := tools/wrangler
+$(WRANGLER)/node_modules/.package-lock.json: $(WRANGLER)/package-lock.json
+	npm ci --prefix $(WRANGLER) --no-audit --no-fund --loglevel=error
+
+wrangler: $(WRANGLER)/node_modules/.package-lock.json
+
 # Debian's Chromium for the admin's end-to-end test (Playwright drives it; it never
 # downloads a browser of its own).
 browser:
@@ -42,7 +50,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy tslock_django
 
-unit: venv npm browser
+unit: venv npm wrangler browser
 	$(PY) manage.py makemigrations --check --dry-run --settings=tests.settings
 	$(VENV)/bin/pytest --cov --cov-report=term $(PYTEST_ARGS)
 
@@ -71,4 +79,4 @@ bench: venv npm
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var artifacts $(WORKER)/node_modules .coverage
+	rm -rf $(VENV) var artifacts $(WORKER)/node_modules $(WRANGLER)/node_modules .coverage

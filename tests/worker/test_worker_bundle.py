@@ -150,16 +150,31 @@ def test_an_unwritable_folder_is_a_clear_error(tmp_path: Path) -> None:
     assert str(caught.value).startswith(f"cannot write the Worker bundle to {tmp_path / 'file' / 'out'}")
 
 
+#: Where ``make test`` installs wrangler (``make wrangler``: tools/wrangler/package.json).
+PINNED_WRANGLER = Path(__file__).resolve().parents[2] / "tools" / "wrangler"
+
+
 def find_wrangler() -> str:
-    """wrangler's executable: ``$TSLOCK_WRANGLER``, else ``wrangler`` on PATH."""
-    found = os.environ.get("TSLOCK_WRANGLER") or shutil.which("wrangler")
+    """wrangler's executable: ``$TSLOCK_WRANGLER``, else the one ``make test`` installs, else
+    ``wrangler`` on PATH. Required when CI is set."""
+    pinned = PINNED_WRANGLER / "node_modules" / ".bin" / "wrangler"
+    found = os.environ.get("TSLOCK_WRANGLER") or (
+        str(pinned) if pinned.exists() else shutil.which("wrangler")
+    )
     if not found:
+        if os.environ.get("CI"):
+            pytest.fail("wrangler is not installed: `make wrangler` installs it into tools/wrangler")
         pytest.skip(
             "wrangler is not installed: set TSLOCK_WRANGLER to its executable or put it on PATH "
             f"(`npm install wrangler@{WRANGLER_VERSION}` in a scratch folder puts it in "
             "node_modules/.bin)"
         )
     return found
+
+
+def test_the_wrangler_make_test_installs_is_the_version_the_export_names() -> None:
+    pinned = json.loads((PINNED_WRANGLER / "package.json").read_text())["devDependencies"]["wrangler"]
+    assert pinned == WRANGLER_VERSION
 
 
 def test_wrangler_bundles_the_exported_folder_as_it_is(tmp_path: Path) -> None:

@@ -7,16 +7,17 @@ PY     := $(VENV)/bin/python
 WORKER := tslock_django/worker
 STAMP  := $(VENV)/.installed-stamp
 # What ruff reads: the Python sources (not the Markdown, whose examples are excerpts).
-PY_SOURCES := $(wildcard tslock_django tests testproject bench tools manage.py)
+PY_SOURCES := $(wildcard tslock_django tests testproject bench tools docs manage.py)
 
-.PHONY: demo test lint typecheck unit venv npm wrangler browser bench clean matrix matrix-newest check-install
+.PHONY: demo test docs lint typecheck unit venv npm wrangler browser bench clean matrix matrix-newest check-install
 
 $(STAMP): pyproject.toml
 	@echo "make: installing tslock-django and its test tools into $(VENV) (about a minute, first run only)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
-	# The bench group too: make test runs the benchmarks' quick smoke run.
-	$(PY) -m pip install --quiet --group test --group bench -e .
+	# The bench group too: make test runs the benchmarks' quick smoke run; and the docs
+	# group, for make docs (Sphinx 9 needs Python 3.11 or later, as this venv is).
+	$(PY) -m pip install --quiet --group test --group bench --group docs -e .
 	touch $@
 
 venv: $(STAMP)
@@ -59,7 +60,13 @@ unit: venv npm wrangler browser
 matrix-newest: venv
 	$(PY) -m tools.matrix --newest
 
-test: lint typecheck unit matrix-newest
+# The documentation site (docs/, Sphinx + MyST + Furo) into var/docs. Strict: every warning,
+# and every internal reference that does not resolve (-n), fails the build; --keep-going
+# reports them all before failing. Its shell and settings examples are run by tests/test_docs.py.
+docs: venv
+	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs var/docs
+
+test: lint typecheck docs unit matrix-newest
 
 # The whole matrix (Python 3.10-3.13 x Django 4.2-6.1, plus the oldest dependencies allowed);
 # the table goes to var/matrix/results.md. MATRIX_ARGS narrows it, e.g.

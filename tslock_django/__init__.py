@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     )
     from .locking import lock
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 _EXPORTS = {
     "providers": ".providers",

@@ -86,7 +86,8 @@ def marked_blocks(root: Path = DOCS) -> list[Block]:
             while end < len(lines) and not lines[end].startswith(ticks):
                 end += 1
             attrs = _ATTRS.match(lines[index - 1]) if index else None
-            classes = {word[1:] for word in attrs.group(1).split() if word.startswith(".")} if attrs else set()
+            words = attrs.group(1).split() if attrs else []
+            classes = {word[1:] for word in words if word.startswith(".")}
             for marker in sorted(classes.intersection(MARKERS)):
                 blocks.append(
                     Block(
@@ -153,7 +154,7 @@ def apply_settings_block(block: Block, monkeypatch: pytest.MonkeyPatch) -> dict[
         monkeypatch.setenv(name, value)
     namespace = settings_namespace()
     code = compile(block.text, str(block), "exec")
-    exec(code, namespace)  # noqa: S102 - our own docs
+    exec(code, namespace)  # our own pages' examples
     assigned = {
         target.id
         for statement in ast.parse(block.text).body
@@ -308,6 +309,7 @@ def test_a_command_example_checks_status_and_output() -> None:
         1,
     )
     (step,) = steps(block)
-    assert (step.command, step.status, step.expected) == ("python manage.py tslock overdue", 1, ["late ... nightly"])
+    assert step.command == "python manage.py tslock overdue"
+    assert (step.status, step.expected) == (1, ["late ... nightly"])
     assert printed("late ... nightly", "late     nightly: no success since ...")
     assert not printed("late ... nightly", "up nightly")

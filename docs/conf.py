@@ -48,6 +48,9 @@ myst_enable_extensions = [
 ]
 myst_heading_anchors = 3
 
+# Text is shown as written: "--state" must not become an en dash in the CLI reference.
+smartquotes = False
+
 exclude_patterns = ["_build", "README.md"]
 templates_path: list[str] = []
 html_static_path: list[str] = []

@@ -313,3 +313,22 @@ def test_a_command_example_checks_status_and_output() -> None:
     assert (step.status, step.expected) == (1, ["late ... nightly"])
     assert printed("late ... nightly", "late     nightly: no success since ...")
     assert not printed("late ... nightly", "up nightly")
+
+
+# -- reference pages the code can contradict -----------------------------------------
+
+
+def test_the_checks_page_lists_exactly_the_check_ids_the_code_reports() -> None:
+    code = (ROOT / "tslock_django" / "checks.py").read_text(encoding="utf-8")
+    in_code = set(re.findall(r'id="(tslock\.[EW]\d{3})"', code))
+    page = (DOCS / "reference" / "checks.md").read_text(encoding="utf-8")
+    on_page = set(re.findall(r"^\| `(tslock\.[EW]\d{3})` \|", page, flags=re.MULTILINE))
+    assert in_code and on_page == in_code
+
+
+def test_the_exit_status_pages_give_the_decorators_status_for_a_held_lock() -> None:
+    from tslock_django.decorators import EXIT_LOCKED
+
+    for page in ("reference/exit-statuses.md", "howto/cron-and-kubernetes.md"):
+        text = (DOCS / page).read_text(encoding="utf-8")
+        assert f"| {EXIT_LOCKED} | the lock is held" in text, page

@@ -1,7 +1,25 @@
 """The run journal: ``tslock_run`` (one row per run of a job) and ``tslock_job`` (one row
 per lock name: its last run, last success, schedule and run counts)."""
 
+from typing import Any
+
 from django.db import migrations, models
+
+
+def exact_names(apps: Any, schema_editor: Any) -> None:
+    """Job names compare as the lock names do (0001, 0002): byte for byte. MySQL and
+    MariaDB would otherwise make "Report" and "report " one job; PostgreSQL would sort
+    the Runs page by a locale instead of code points."""
+    connection = schema_editor.connection
+    for table in ("tslock_job", "tslock_run"):
+        if connection.vendor == "mysql":
+            collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
+            schema_editor.execute(
+                f"ALTER TABLE {table} MODIFY name VARCHAR(255) "
+                f"CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+            )
+        elif connection.vendor == "postgresql":
+            schema_editor.execute(f'ALTER TABLE {table} ALTER COLUMN name TYPE varchar(255) COLLATE "C"')
 
 
 class Migration(migrations.Migration):
@@ -85,4 +103,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.RunPython(exact_names, migrations.RunPython.noop, atomic=False, elidable=False),
     ]

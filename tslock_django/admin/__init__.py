@@ -1,16 +1,18 @@
-"""The admin's Locks page (see :mod:`.options`): the ``ModelAdmin`` and its URLs in
-``options``, the page in ``locks_page``, force release and its history in ``release``,
-what a row shows in ``rows``. Importing this package registers the page."""
+"""The admin's Locks and Runs pages (see :mod:`.options`): the ``ModelAdmin`` classes and
+their URLs in ``options``, the Locks page in ``locks_page``, force release and its
+history in ``release``, what a Locks row shows in ``rows``, the Runs page and a name's
+history of runs in ``runs_page``. Importing this package registers both pages."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import Lock
-from .options import RELEASE_PERMISSION, VIEW_PERMISSION, LockAdmin
+from ..models import Job, Lock
+from .options import RELEASE_PERMISSION, VIEW_PERMISSION, LockAdmin, RunsAdmin
 from .rows import STATES, LockRow, Selection, format_remaining, make_row
 
 admin.site.register(Lock, LockAdmin)
+admin.site.register(Job, RunsAdmin)
 
 __all__ = [
     "RELEASE_PERMISSION",
@@ -18,6 +20,7 @@ __all__ = [
     "VIEW_PERMISSION",
     "LockAdmin",
     "LockRow",
+    "RunsAdmin",
     "Selection",
     "format_remaining",
     "make_row",

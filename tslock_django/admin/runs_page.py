@@ -100,6 +100,7 @@ class JobRow:
     status: JobStatus | None
     last_outcome: str
     history_url: str
+    now: datetime
 
     @property
     def status_label(self) -> str:
@@ -130,8 +131,9 @@ class JobRow:
         return self.status.due_at if self.status else None
 
     @property
-    def late(self) -> bool:
-        return bool(self.status and self.status.status == "late")
+    def past_due(self) -> bool:
+        """The due time shown has passed (a late or failing job's missed due time)."""
+        return self.due_at is not None and self.due_at <= self.now
 
     @property
     def duration_label(self) -> str:
@@ -258,6 +260,7 @@ def _row(
         status=status,
         last_outcome=last_outcome,
         history_url=admin.url("history") + "?" + urlencode({NAME_VAR: name}),
+        now=now,
     )
 
 

@@ -53,7 +53,8 @@ def problems() -> tuple[list[str], list[str]]:
         try:
             providers[alias].query(LockQuery(limit=1))
         except (LockProviderError, InvalidLockProvider) as err:
-            failed.append(f"lock provider {alias!r}: {err}")
+            text = str(err)  # the library's errors usually name their provider already
+            failed.append(text if repr(alias) in text else f"lock provider {alias!r}: {text}")
     overdue: list[str] = []
     try:
         using = journal_database()

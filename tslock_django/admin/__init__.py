@@ -7,16 +7,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-<<<<<<< HEAD
 from ..core.human import format_remaining
-from ..models import Lock
-from .options import RELEASE_PERMISSION, VIEW_PERMISSION, LockAdmin
-from .rows import STATES, LockRow, Selection, make_row
-=======
 from ..models import Job, Lock
 from .options import RELEASE_PERMISSION, VIEW_PERMISSION, LockAdmin, RunsAdmin
-from .rows import STATES, LockRow, Selection, format_remaining, make_row
->>>>>>> runspage
+from .rows import STATES, LockRow, Selection, make_row
 
 admin.site.register(Lock, LockAdmin)
 admin.site.register(Job, RunsAdmin)

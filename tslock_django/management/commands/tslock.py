@@ -36,6 +36,7 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from ...cli import run
 from ...conf import providers
 from ...core.decode import visible
 from ...core.durations import GRAMMAR_HINT, parse_duration
@@ -195,7 +196,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
-            dest="subcommand", metavar="{list,release,check,purge,reindex,worker,runtime}", required=True
+            dest="subcommand", metavar="{list,release,check,purge,reindex,worker,runtime,run}", required=True
         )
         # CommandParser.add_subparsers passes called_from_command_line on, so a usage error
         # in a subcommand is a CommandError under call_command and a usage line in a shell.
@@ -288,12 +289,15 @@ class Command(BaseCommand):
         )
 
         _runtime.add_arguments(sub.add_parser("runtime", help=_runtime.HELP))
+        run.add_arguments(sub.add_parser("run", help=run.HELP))
         for subparser in sub.choices.values():
             _accept_django_options(subparser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdin: TextIO = options.get("stdin") or sys.stdin
         action = options["subcommand"]
+        if action == "run":
+            return run.exit_with(self, run.handle(self, options))
         getattr(self, f"handle_{action}")(**options)
 
     # -- helpers -------------------------------------------------------------------------

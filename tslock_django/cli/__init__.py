@@ -1,0 +1,1 @@
+"""The subcommands of ``manage.py tslock``, one module each."""

@@ -18,7 +18,7 @@ from bench.stats import target
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("db", "contention", "do", "kv", "redis", "admin", "scale", "startup", "journal")
+SECTIONS = ("db", "contention", "do", "kv", "redis", "admin", "scale", "startup", "journal", "jobs")
 SERVERS = {"sqlite": None, "postgres": ("127.0.0.1", 5432), "mariadb": ("127.0.0.1", 3306)}
 #: Rows in tslock_lock for the scale section, per server (filled in this order).
 SCALE_SIZES = {"postgres": "1000,100000,1000000", "sqlite": "1000,100000"}
@@ -159,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         report["journal"] = {"startup": child("bench.journalbench", "startup", "3" if args.quick else "15")}
         if reachable(SERVERS["postgres"]) and not args.quick:
             report["journal"]["scale"] = child("bench.journalbench", "scale", "7", BENCH_DB="postgres")
+    if "jobs" in sections:
+        from bench import jobbench
+
+        print("job runners: tslock run, locked_task under Celery ...", file=sys.stderr, flush=True)
+        report["jobs"] = jobbench.run(args.quick)
+        if report["jobs"]["celery"] is None:
+            report["missing"].append("jobs: celery or redis-server is missing (no Celery round trip)")
     report["targets"] = targets(report)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -205,6 +212,9 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     from bench import redisbench
 
     found.update(redisbench.targets(report.get("redis")))
+    from bench import jobbench
+
+    found.update(jobbench.targets(report.get("jobs")))
     httpx = report.get("startup", {}).get("httpx_imported")
     if httpx:
         found["httpx not imported without a Cloudflare provider"] = {
@@ -337,6 +347,9 @@ def render(report: dict[str, Any]) -> str:
             )
         if "redis_imported" in start:
             lines.append(f"redis-py imported with the database provider only: {start['redis_imported']}")
+    from bench import jobbench
+
+    lines += jobbench.render(report.get("jobs"))
     if report["targets"]:
         lines += ["", "targets"]
         for label, t in report["targets"].items():

@@ -59,7 +59,8 @@ def test_quick_bench_runs_every_section(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(output.read_text())
-    assert {"db", "contention", "do", "kv", "redis", "admin", "scale", "startup", "targets"} <= set(report)
+    sections = {"db", "contention", "do", "kv", "redis", "admin", "scale", "startup", "jobs", "targets"}
+    assert sections <= set(report)
     if os.environ.get("CI"):
         assert report["missing"] == [], "with CI set every section must run"
         assert set(report["db"]) == {"sqlite", "postgres", "mariadb"}

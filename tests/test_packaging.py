@@ -69,7 +69,12 @@ def test_the_files_the_wheel_must_carry_exist_and_node_modules_stay_out() -> Non
 
 
 def test_the_floor_run_pins_the_lowest_versions_pyproject_allows() -> None:
-    assert matrix.floors(matrix.project()) == {"django": "4.2", "httpx": "0.25", "django-environ": "0.11"}
+    assert matrix.floors(matrix.project()) == {
+        "django": "4.2",
+        "httpx": "0.25",
+        "django-environ": "0.11",
+        "cronsim": "2.6",
+    }
 
 
 def test_the_matrix_installs_the_test_group_without_lint_and_type_tools() -> None:

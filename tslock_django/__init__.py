@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         UnsupportedQuery,
     )
     from .locking import lock
+    from .tasks import locked_task
 
 __version__ = "0.3.0"
 
@@ -66,6 +67,7 @@ _EXPORTS = {
     "TslockError": ".exceptions",
     "UnsupportedQuery": ".exceptions",
     "lock": ".locking",
+    "locked_task": ".tasks",
 }
 
 __all__ = [
@@ -96,6 +98,7 @@ __all__ = [
     "current_lock",
     "lock",
     "locked_command",
+    "locked_task",
     "providers",
 ]
 

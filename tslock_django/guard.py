@@ -4,7 +4,8 @@
 ``GuardedRun.enter()`` takes the lock (journaling a skip or a store error when it cannot),
 ``GuardedRun.exit()`` journals how the job ended and gives the lock back. The lock
 rules stay in :mod:`tslock_django.core.executor`; the journal's writes in
-:mod:`tslock_django.journal.recorder`; this module only puts them in order.
+:mod:`tslock_django.journal.recorder`; the run's OpenTelemetry span in
+:mod:`tslock_django.tracing`; this module only puts them in order.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from .core.executor import HeldLock, give_back, take
 from .exceptions import InvalidLockProvider, LockHeld, LockProviderError
 from .journal.recorder import RunRecorder, Writable, begin
 from .journal.schedules import Schedule
+from .tracing import RunSpan
+from .tracing import begin as begin_span
 
 
 class GuardedRun:
@@ -51,6 +54,7 @@ class GuardedRun:
         self.held: HeldLock | None = None
         self._acquired = False
         self._recorder: RunRecorder | None = None
+        self._span: RunSpan | None = None
 
     def enter(self) -> HeldLock:
         """Take the lock; journal the run as started.
@@ -65,6 +69,7 @@ class GuardedRun:
 
         if self.journal:
             self._recorder = begin(self.config.name, self.using, schedule=self.schedule, stream=self.stream)
+            self._span = begin_span(self.config.name, self.using)
         try:
             held, acquired = take(
                 providers.get(self.using), self.config, keep_alive=self.keep_alive, wait=self.wait
@@ -72,17 +77,24 @@ class GuardedRun:
         except LockHeld as refused:
             if self._recorder is not None:
                 self._recorder.skipped(refused.holder)
+            if self._span is not None:
+                self._span.skipped(refused.holder)
             raise
         except (LockProviderError, InvalidLockProvider) as err:
             if self._recorder is not None:
                 self._recorder.errored(err)
+            if self._span is not None:
+                self._span.errored(err)
             raise
         self.held, self._acquired = held, acquired
         if not acquired:
-            # Re-entrant: the outer run holds the lock and journals the run.
-            self._recorder = None
-        elif self._recorder is not None:
-            self._recorder.started(held)
+            # Re-entrant: the outer run holds the lock, journals and traces the run.
+            self._recorder = self._span = None
+        else:
+            if self._recorder is not None:
+                self._recorder.started(held)
+            if self._span is not None:
+                self._span.started(held)
         return held
 
     def exit(self, exc: BaseException | None = None, *, exit_status: int | None = None) -> None:
@@ -91,11 +103,16 @@ class GuardedRun:
         held = self.held
         if held is None:
             return
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            exc = None  # sys.exit(0) is a success
         try:
             if self._recorder is not None:
-                if isinstance(exc, SystemExit) and exc.code in (0, None):
-                    exc = None  # sys.exit(0) is a success
                 self._recorder.finished(exc, exit_status=exit_status, lock_lost=held.lost.is_set())
         finally:
             self.held = None
-            give_back(held, self._acquired)
+            try:
+                give_back(held, self._acquired)
+            finally:
+                if self._span is not None:
+                    self._span.finished(exc, exit_status=exit_status)
+                    self._span = None

@@ -8,6 +8,8 @@ Every signal is sent with ``sender`` = the provider class and these keyword argu
 - ``lock_attempted``: before asking the store.
 - ``lock_acquired``: the store granted the lock (``record`` is ours).
 - ``lock_skipped``: held by someone else (``record`` is the holder's when known).
+- ``lock_failed``: the store failed while acquiring (``error`` is the exception, which
+  the caller then receives; never sent for "held").
 - ``lock_released``: ``unlock()`` finished (``released`` says whether it was still ours).
 - ``lock_extended``: ``extend()`` succeeded (``record`` is the new holding).
 - ``keep_alive_failed``: a keep-alive extension failed or was refused (``error`` is the
@@ -29,6 +31,7 @@ logger = logging.getLogger("tslock_django")
 lock_attempted = Signal()
 lock_acquired = Signal()
 lock_skipped = Signal()
+lock_failed = Signal()
 lock_released = Signal()
 lock_extended = Signal()
 keep_alive_failed = Signal()

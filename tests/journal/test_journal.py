@@ -253,3 +253,15 @@ def test_a_run_written_lost_by_a_later_one_stays_lost_when_it_ends(using: str) -
     row.refresh_from_db()
     assert row.outcome == outcomes.LOST and row.detail == "ended succeeded after its lock had expired"
     assert row.finished_at is not None
+
+
+def test_names_that_differ_only_in_case_or_trailing_space_are_two_jobs(using: str) -> None:
+    from tslock_django.guard import GuardedRun
+
+    for name in ("Report", "report", "report "):
+        run_ = GuardedRun(LockConfiguration(name, "1m"), "default", journal=True)
+        run_.enter()
+        run_.exit()
+    jobs = sorted(Job.objects.using(using).values_list("name", flat=True))
+    assert jobs == ["Report", "report", "report "]
+    assert [r.name for r in rows(using, "report")] == ["report"]

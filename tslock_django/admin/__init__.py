@@ -1,17 +1,19 @@
-"""The admin's Locks page (see :mod:`.options`): the ``ModelAdmin`` and its URLs in
-``options``, the page in ``locks_page``, force release and its history in ``release``,
-what a row shows in ``rows``. Importing this package registers the page."""
+"""The admin's Locks and Runs pages (see :mod:`.options`): the ``ModelAdmin`` classes and
+their URLs in ``options``, the Locks page in ``locks_page``, force release and its
+history in ``release``, what a Locks row shows in ``rows``, the Runs page and a name's
+history of runs in ``runs_page``. Importing this package registers both pages."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
 from ..core.human import format_remaining
-from ..models import Lock
-from .options import RELEASE_PERMISSION, VIEW_PERMISSION, LockAdmin
+from ..models import Job, Lock
+from .options import RELEASE_PERMISSION, VIEW_PERMISSION, LockAdmin, RunsAdmin
 from .rows import STATES, LockRow, Selection, make_row
 
 admin.site.register(Lock, LockAdmin)
+admin.site.register(Job, RunsAdmin)
 
 __all__ = [
     "RELEASE_PERMISSION",
@@ -19,6 +21,7 @@ __all__ = [
     "VIEW_PERMISSION",
     "LockAdmin",
     "LockRow",
+    "RunsAdmin",
     "Selection",
     "format_remaining",
     "make_row",

@@ -11,11 +11,13 @@ the page says when that allowance is spent.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.template.response import TemplateResponse
 from django.utils import dateformat, timezone
@@ -26,10 +28,12 @@ from ..core.budget import BudgetSpent, admin_view_listing
 from ..core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
 from ..exceptions import InvalidCursor, InvalidLockProvider
 from ..listing import MergedListing, MergedPage
-from .rows import make_row
+from .rows import LockRow, make_row
 
 if TYPE_CHECKING:
     from .options import LockAdmin
+
+logger = logging.getLogger("tslock_django.admin")
 
 # Query-string parameters, named like the admin's own changelist ones where there is one.
 SEARCH_VAR = "q"
@@ -144,6 +148,7 @@ def render(admin: LockAdmin, request: HttpRequest, extra_context: Mapping[str, A
     for alias in {row.alias for row in page.rows}:
         guarantees[alias] = str(providers[alias].guarantee)
     rows = [make_row(row.alias, guarantees[row.alias], row.record, now) for row in page.rows]
+    rows = _with_runs_links(admin, rows)
     context = admin.context(
         request,
         "Locks",
@@ -178,6 +183,34 @@ def render(admin: LockAdmin, request: HttpRequest, extra_context: Mapping[str, A
     )
     request.current_app = admin.admin_site.name
     return TemplateResponse(request, admin.changelist_template, context)
+
+
+def _with_runs_links(admin: LockAdmin, rows: list[LockRow]) -> list[LockRow]:
+    """Link each row whose name the journal has runs of to its history on the Runs
+    page: one query for the page's names (their ``Job`` rows, by primary key). The
+    journal is the project's database, not the stores: if it cannot be read, the Locks
+    page still renders, without the links."""
+    from ..journal.models import Job
+    from ..journal.recorder import journal_database
+
+    names = {row.record.name for row in rows if row.record.name}
+    if not names or not admin.sibling_url("job", "history"):
+        return rows
+    try:
+        using = journal_database()
+        if using is None:
+            return rows
+        journaled = set(Job.objects.using(using).filter(name__in=names).values_list("name", flat=True))
+        history = admin.sibling_url("job", "history")
+    except (ValueError, DatabaseError) as err:
+        logger.warning("the Locks page could not link to the journal: %s", type(err).__name__)
+        return rows
+    return [
+        replace(row, runs_url=f"{history}?{urlencode({'name': row.record.name})}")
+        if row.record.name in journaled
+        else row
+        for row in rows
+    ]
 
 
 def _spent_message(spent: BudgetSpent) -> str:

@@ -96,6 +96,8 @@ class LockRow:
     progress: int | None  # percent of [locked_at, lock_until] elapsed, 0..100
     overdue: bool
     selection: Selection | None  # None: nothing to release conditionally on
+    #: The name's history on the Runs page, when the journal has runs of it.
+    runs_url: str = ""
 
     @property
     def locked_at_shown(self) -> str:

@@ -1,1 +1,1 @@
-"""The ``tslock`` management command's subcommands, one module each."""
+"""The subcommands of ``manage.py tslock``, one module each."""

@@ -290,7 +290,11 @@ class LockProvider(ABC):
             "lock_at_least_for": config.lock_at_least_for,
         }
         signals.notify(signals.lock_attempted, sender=sender, record=None, **common)
-        outcome = self._acquire(config)
+        try:
+            outcome = self._acquire(config)
+        except Exception as err:
+            signals.notify(signals.lock_failed, sender=sender, record=None, error=err, **common)
+            raise
         if isinstance(outcome, SimpleLock):
             signals.notify(signals.lock_acquired, sender=sender, record=outcome.record, **common)
             return Attempt(outcome, None)

@@ -179,10 +179,13 @@ def runs(
     outcome: str | None = None,
     limit: int = 20,
     before: tuple[datetime, int] | None = None,
+    after: tuple[datetime, int] | None = None,
 ) -> list[Run]:
     """Runs newest first (an index range: ``(name, started_at)`` or ``started_at``),
-    at most ``limit``, after the keyset ``before`` (a run's ``started_at`` and ``id``).
-    ``outcome="lost"`` finds the ``running`` rows past their deadline too."""
+    at most ``limit``, older than the keyset ``before`` (a run's ``started_at`` and
+    ``id``), or the ``limit`` oldest of those newer than ``after`` (a page back; still
+    returned newest first). ``outcome="lost"`` finds the ``running`` rows past their
+    deadline too."""
     query = Run.objects.using(using)
     if name is not None:
         query = query.filter(name=name)
@@ -196,4 +199,8 @@ def runs(
     if before is not None:
         at, run_id = before
         query = query.filter(Q(started_at__lt=to_db(at)) | Q(started_at=to_db(at), id__lt=run_id))
+    if after is not None:
+        at, run_id = after
+        query = query.filter(Q(started_at__gt=to_db(at)) | Q(started_at=to_db(at), id__gt=run_id))
+        return list(reversed(query.order_by("started_at", "id")[:limit]))
     return list(query.order_by("-started_at", "-id")[:limit])

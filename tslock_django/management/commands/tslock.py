@@ -36,7 +36,7 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from ...cli import overdue, runs
+from ...cli import overdue, run, runs
 from ...cli.purge_runs import purge_runs
 from ...conf import providers
 from ...core.decode import visible
@@ -200,7 +200,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
             dest="subcommand",
-            metavar="{list,release,check,purge,reindex,worker,runtime,runs,overdue}",
+            metavar="{list,release,check,purge,reindex,worker,runtime,run,runs,overdue}",
             required=True,
         )
         # CommandParser.add_subparsers passes called_from_command_line on, so a usage error
@@ -299,6 +299,7 @@ class Command(BaseCommand):
         )
 
         _runtime.add_arguments(sub.add_parser("runtime", help=_runtime.HELP))
+        run.add_arguments(sub.add_parser("run", help=run.HELP))
         runs.add_arguments(sub.add_parser("runs", help=runs.HELP))
         overdue.add_arguments(sub.add_parser("overdue", help=overdue.HELP))
         for subparser in sub.choices.values():
@@ -307,6 +308,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdin: TextIO = options.get("stdin") or sys.stdin
         action = options["subcommand"]
+        if action == "run":
+            return run.exit_with(self, run.handle(self, options))
         if action == "runs":
             runs.handle(self, options)
         elif action == "overdue":

@@ -1,0 +1,175 @@
+"""What the doors of issue 21 cost: ``tslock run -- true`` against ``manage.py`` running an
+empty locked command (real processes, alternating), and a Celery task's round trip (send
+to result) with and without ``locked_task`` (a real prefork worker on a Redis of its own).
+
+Both sides of each pair use the SQLite database provider with the journal on, as a
+project would by default.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.startup import _env, _migrated_sqlite
+from bench.stats import percentile, target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {
+        "median_ms": statistics.median(values),
+        "p10_ms": percentile(values, 0.1),
+        "p90_ms": percentile(values, 0.9),
+        "runs": len(values),
+    }
+
+
+def _alternate(contenders: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[float]]:
+    """Milliseconds of each contender, alternating which goes first."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for i in range(repeats):
+        for name in names if i % 2 == 0 else names[::-1]:
+            started = time.perf_counter()
+            contenders[name]()
+            samples[name].append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def run_startup(repeats: int) -> dict[str, Any]:
+    """``python -m django tslock run NAME --at-most-for 1m -- true`` against
+    ``python -m django bench_locked`` (an empty ``@locked_command``)."""
+    true = shutil.which("true") or "/bin/true"
+    with tempfile.TemporaryDirectory() as tmp:
+        env = _env(BENCH_SQLITE_NAME=str(_migrated_sqlite(Path(tmp))))
+
+        def django(*args: str) -> Callable[[], None]:
+            return lambda: (
+                subprocess.run(
+                    [sys.executable, "-m", "django", *args],
+                    cwd=ROOT,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
+                and None
+            )
+
+        samples = _alternate(
+            {
+                "locked command": django("bench_locked"),
+                "tslock run -- true": django("tslock", "run", "bench-run", "--at-most-for", "1m", "--", true),
+            },
+            repeats,
+        )
+    found: dict[str, Any] = {name: _summary(values) for name, values in samples.items()}
+    run_ms, command_ms = found["tslock run -- true"]["median_ms"], found["locked command"]["median_ms"]
+    found["run_over_command"] = run_ms / command_ms
+    return found
+
+
+def run_celery(round_trips: int) -> dict[str, Any]:
+    """Median milliseconds from ``delay()`` to ``get()`` of one task, alone and under
+    ``locked_task`` (a new lock each call: ``lock_at_least_for`` 0), in alternating
+    batches of ten, one prefork worker process so calls never overlap."""
+    from tests.jobs.celery_app import app, locked, plain
+    from tests.redis.server import RedisServer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        database = folder / "celery.sqlite3"
+        with RedisServer(folder) as redis_server:
+            env = {
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "DJANGO_SETTINGS_MODULE": "tests.jobs.worker_settings",
+                "DATABASE_URL": f"sqlite:///{database}",
+                "TSLOCK_URL": "db://default",
+                "TSLOCK_TEST_REDIS": redis_server.url,
+            }
+            subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+            app.conf.update(broker_url=redis_server.url, result_backend=redis_server.url)
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "tests.jobs.celery_app", "worker", "--pool=prefork",
+                 "--concurrency=1", "--loglevel=WARNING", "--without-gossip"],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                deadline = time.monotonic() + 120
+                while not app.control.ping(timeout=0.5):
+                    if worker.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the Celery worker did not start")
+                key = str(folder / "k")
+
+                def trips(task: Any) -> Callable[[], None]:
+                    def go() -> None:
+                        for _ in range(10):
+                            assert task.delay(key).get(timeout=60) == "ran"
+
+                    return go
+
+                for _ in range(3):  # warm up connections and imports on both sides
+                    trips(plain)()
+                    trips(locked)()
+                contenders = {"plain task": trips(plain), "under locked_task": trips(locked)}
+                batches = _alternate(contenders, max(1, round_trips // 10))
+            finally:
+                worker.terminate()
+                worker.wait(timeout=60)
+    found: dict[str, Any] = {name: _summary([v / 10 for v in values]) for name, values in batches.items()}
+    found["locked_over_plain"] = found["under locked_task"]["median_ms"] / found["plain task"]["median_ms"]
+    return found
+
+
+def run(quick: bool) -> dict[str, Any]:
+    report: dict[str, Any] = {"startup": run_startup(3 if quick else 15)}
+    if importlib.util.find_spec("celery") is None or shutil.which("redis-server") is None:
+        report["celery"] = None
+    else:
+        report["celery"] = run_celery(20 if quick else 300)
+    return report
+
+
+def targets(report: dict[str, Any] | None) -> dict[str, Any]:
+    if not report:
+        return {}
+    found = {
+        "tslock run -- true <= 1.1x manage.py running an empty locked command": target(
+            report["startup"]["run_over_command"], 1.1, "<="
+        )
+    }
+    if report.get("celery"):
+        found["locked_task adds <= 1.05x to a Celery task's round trip"] = target(
+            report["celery"]["locked_over_plain"], 1.05, "<="
+        )
+    return found
+
+
+def render(report: dict[str, Any] | None) -> list[str]:
+    if not report:
+        return []
+    lines = ["", "job runners: ms per run (median, p10-p90)"]
+    for name, r in report["startup"].items():
+        if isinstance(r, dict):
+            lines.append(f"  {name:<28} {r['median_ms']:>8.1f} ms  ({r['p10_ms']:.1f}-{r['p90_ms']:.1f})")
+    lines.append(f"  tslock run / locked command: {report['startup']['run_over_command']:.3f}x")
+    celery = report.get("celery")
+    if celery:
+        lines.append("  Celery round trip, send to result:")
+        for name, r in celery.items():
+            if isinstance(r, dict):
+                spread = f"({r['p10_ms']:.2f}-{r['p90_ms']:.2f})"
+                lines.append(f"    {name:<26} {r['median_ms']:>8.2f} ms  {spread}")
+        lines.append(f"    locked_task / plain: {celery['locked_over_plain']:.3f}x")
+    return lines

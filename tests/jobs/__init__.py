@@ -1,0 +1,1 @@
+"""locked_task and tslock run under real job runners."""

@@ -1,0 +1,49 @@
+"""A Celery app for the worker of tests/jobs/test_celery.py; its broker and result
+backend are the Redis that the test starts (``TSLOCK_TEST_REDIS``)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from celery import Celery
+
+from tslock_django import locked_task
+
+# Celery's Django fix-up sets Django up in the worker (and closes connections across
+# forks) when this names the settings.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.jobs.worker_settings")
+
+app = Celery("tests.jobs")
+app.conf.update(
+    broker_url=os.environ.get("TSLOCK_TEST_REDIS", "redis://127.0.0.1:9/0"),
+    result_backend=os.environ.get("TSLOCK_TEST_REDIS", "redis://127.0.0.1:9/0"),
+    broker_connection_retry_on_startup=True,
+    # One task per pool process at a time: four copies go to four processes at once.
+    worker_prefetch_multiplier=1,
+)
+
+
+@app.task
+@locked_task("1m", "1m", name="celery-{path}")
+def once(path: str, seconds: float = 1.0) -> str:
+    """Sleeps under the lock, then notes that it ran."""
+    time.sleep(seconds)
+    with open(path, "a") as file:
+        file.write("ran\n")
+    return "ran"
+
+
+@app.task
+def plain(path: str, seconds: float = 0.0) -> str:
+    """The same body without the lock (the benchmark's baseline)."""
+    time.sleep(seconds)
+    return "ran"
+
+
+@app.task
+@locked_task("1m", name="celery-locked-{path}")
+def locked(path: str, seconds: float = 0.0) -> str:
+    """``plain`` under ``locked_task`` (the benchmark's subject)."""
+    time.sleep(seconds)
+    return "ran"

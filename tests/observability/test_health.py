@@ -1,0 +1,98 @@
+"""The django-health-check check, run by the installed django-health-check."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.test import RequestFactory
+from django.test.utils import override_settings
+
+pytest.importorskip("health_check")
+
+from health_check.exceptions import ServiceReturnedUnexpectedResult, ServiceUnavailable
+
+from tests.admin.journal_rows import job
+from tests.admin.tslock_test_providers import MEMORY, FailingProvider, path_of
+from tslock_django.health import TslockHealthCheck
+from tslock_django.journal import outcomes
+
+H = timedelta(hours=1)
+M = timedelta(minutes=1)
+DOWN = {"BACKEND": path_of(FailingProvider), "OPTIONS": {"failure": "store"}}
+
+
+@pytest.fixture(autouse=True)
+def journal_on() -> Iterator[None]:
+    with override_settings(
+        TSLOCK_JOURNAL={"using": "default"},
+        TSLOCK_SCHEDULES=None,
+        TSLOCK_PROVIDERS={"default": MEMORY, "other": MEMORY},
+    ):
+        yield
+
+
+@pytest.mark.django_db
+def test_healthy_when_every_store_answers_and_nothing_is_overdue() -> None:
+    job("fine", schedule="1h", outcome=outcomes.SUCCEEDED, started=M, success=M)
+    job("unscheduled-and-failed", outcome=outcomes.FAILED, started=M)
+    TslockHealthCheck().check()  # raises nothing
+
+
+@pytest.mark.django_db
+def test_a_store_that_fails_is_unavailable_and_named() -> None:
+    with (
+        override_settings(TSLOCK_PROVIDERS={"default": MEMORY, "kv": DOWN}),
+        pytest.raises(ServiceUnavailable) as raised,
+    ):
+        TslockHealthCheck().check()
+    assert str(raised.value).count("lock provider 'kv'") == 1
+    assert "HTTP 401" in str(raised.value)
+    assert "'default'" not in str(raised.value)
+
+
+@pytest.mark.django_db
+def test_late_and_failing_jobs_are_named() -> None:
+    job("late", schedule="1h", grace=60, outcome=outcomes.SUCCEEDED, started=5 * H, success=5 * H)
+    job("broken", schedule="1h", outcome=outcomes.FAILED, started=M, success=2 * H)
+    job("new", schedule="1h", first_seen=M)
+    with pytest.raises(ServiceReturnedUnexpectedResult) as raised:
+        TslockHealthCheck().check()
+    assert raised.value.message == "2 scheduled jobs overdue: broken (failing), late (late)"
+
+
+@pytest.mark.django_db
+def test_at_most_five_overdue_names_are_named() -> None:
+    for i in range(7):
+        job(f"late-{i}", schedule="1h", grace=60, outcome=outcomes.SUCCEEDED, started=5 * H, success=5 * H)
+    with pytest.raises(ServiceReturnedUnexpectedResult) as raised:
+        TslockHealthCheck().check()
+    assert raised.value.message.startswith("7 scheduled jobs overdue: late-0 (late)")
+    assert raised.value.message.endswith("late-4 (late) and 2 more")
+
+
+@pytest.mark.django_db
+def test_journal_off_checks_the_stores_only() -> None:
+    with override_settings(TSLOCK_JOURNAL=None):
+        TslockHealthCheck().check()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_health_check_view_runs_it() -> None:
+    """Through django-health-check's own view (4.x), which runs the check in a thread."""
+    view_module = pytest.importorskip("health_check.views")
+    view = view_module.HealthCheckView.as_view(checks=["tslock_django.health.TslockHealthCheck"])
+
+    def ask() -> tuple[int, dict[str, str]]:
+        request = RequestFactory().get("/ht/", HTTP_ACCEPT="application/json")
+        response = asyncio.run(view(request))
+        return response.status_code, json.loads(response.content)
+
+    assert ask() == (200, {"TslockHealthCheck": "OK"})
+    job("late", schedule="1h", grace=60, outcome=outcomes.SUCCEEDED, started=5 * H, success=5 * H)
+    status, body = ask()
+    assert status == 500
+    assert "1 scheduled job overdue: late (late)" in body["TslockHealthCheck"]

@@ -1,0 +1,179 @@
+"""Prometheus metrics with the real prometheus_client: the journal collector read at
+scrape time, and the in-process counters fed by the library's signals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import OperationalError
+from django.test.utils import override_settings
+
+pytest.importorskip("prometheus_client")
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.admin.journal_rows import NOW, job
+from tests.admin.tslock_test_providers import MEMORY
+from tests.observability.stores import BROKEN
+from tslock_django import LockConfiguration, metrics, signals
+from tslock_django.conf import providers
+from tslock_django.exceptions import LockProviderError
+from tslock_django.journal import outcomes
+
+pytestmark = pytest.mark.django_db
+H = timedelta(hours=1)
+M = timedelta(minutes=1)
+
+
+@pytest.fixture(autouse=True)
+def journal_on() -> Iterator[None]:
+    with override_settings(TSLOCK_JOURNAL={"using": "default"}, TSLOCK_SCHEDULES=None):
+        yield
+
+
+def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the exposition text, by name and labels."""
+    text = generate_latest(registry).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return name, tuple(sorted(labels.items()))
+
+
+def test_the_collector_reads_each_name_from_the_journal_at_scrape_time() -> None:
+    job(
+        "reports",
+        schedule="1h",
+        outcome=outcomes.SUCCEEDED,
+        started=M,
+        success=M,
+        duration=2.5,
+        runs_succeeded=3,
+        runs_failed=1,
+        runs_skipped=2,
+    )
+    job("late", schedule="1h", grace=60, outcome=outcomes.SUCCEEDED, started=5 * H, success=5 * H)
+    job("broken", schedule="1h", outcome=outcomes.FAILED, started=M, success=2 * H, runs_failed=4)
+    job("plain", outcome=outcomes.SUCCEEDED, started=M, success=M, provider="edge")
+    registry = CollectorRegistry()
+    metrics.register_collector(registry)
+
+    samples = scrape(registry)
+    assert samples[key("tslock_journal_up")] == 1
+    assert samples[key("tslock_overdue", lock_name="reports", provider="default")] == 0
+    assert samples[key("tslock_overdue", lock_name="late", provider="default")] == 1
+    assert samples[key("tslock_overdue", lock_name="broken", provider="default")] == 1
+    # Without a schedule, nothing can be overdue: no sample rather than a misleading 0.
+    assert key("tslock_overdue", lock_name="plain", provider="edge") not in samples
+    assert samples[key("tslock_last_run_duration_seconds", lock_name="reports", provider="default")] == 2.5
+    success = samples[key("tslock_last_success_timestamp_seconds", lock_name="reports", provider="default")]
+    assert success == pytest.approx((NOW - M).timestamp(), abs=0.001)
+    runs = {
+        o: samples[key("tslock_runs_total", lock_name="reports", provider="default", outcome=o)]
+        for o in ("succeeded", "failed", "skipped", "error", "lost")
+    }
+    assert runs == {"succeeded": 3, "failed": 1, "skipped": 2, "error": 0, "lost": 0}
+
+    # Computed at each scrape: a new success is seen at the next one.
+    job("later", schedule="1h", outcome=outcomes.SUCCEEDED, started=M, success=M)
+    assert key("tslock_overdue", lock_name="later", provider="default") in scrape(registry)
+
+
+def test_a_real_run_is_counted() -> None:
+    with override_settings(TSLOCK_PROVIDERS={"default": MEMORY}):
+        call_command("locked_job", shard="m")
+        call_command("locked_job", shard="m")
+    registry = CollectorRegistry()
+    metrics.register_collector(registry)
+    samples = scrape(registry)
+    assert samples[key("tslock_runs_total", lock_name="job-m", provider="default", outcome="succeeded")] == 2
+    assert key("tslock_last_success_timestamp_seconds", lock_name="job-m", provider="default") in samples
+
+
+def test_names_scheduled_in_settings_that_never_ran_are_not_overdue() -> None:
+    registry = CollectorRegistry()
+    metrics.register_collector(registry)
+    with override_settings(TSLOCK_SCHEDULES={"nightly": {"schedule": "0 3 * * *"}}):
+        samples = scrape(registry)
+    assert samples[key("tslock_overdue", lock_name="nightly", provider="")] == 0
+
+
+def test_registering_reads_nothing(django_assert_num_queries: Any) -> None:
+    # The default registry describes a collector when it is registered; that must not
+    # read the database (registration happens while the project starts).
+    with django_assert_num_queries(0):
+        metrics.register_collector(CollectorRegistry(auto_describe=True))
+
+
+def test_an_unreadable_journal_is_a_zero_not_a_failed_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tslock_django.journal.models import Job
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("no such table: tslock_job")
+
+    registry = CollectorRegistry()
+    metrics.register_collector(registry)
+    monkeypatch.setattr(Job.objects, "using", broken)
+    assert scrape(registry)[key("tslock_journal_up")] == 0
+    monkeypatch.undo()
+    with override_settings(TSLOCK_JOURNAL=None):
+        assert scrape(registry)[key("tslock_journal_up")] == 0
+
+
+def test_in_process_counters_follow_the_signals_once_installed() -> None:
+    registry = CollectorRegistry()
+    labels = {"lock_name": "counted", "provider": "default"}
+
+    def value(name: str, **extra: str) -> float:
+        return registry.get_sample_value(name, {**labels, **extra}) or 0.0
+
+    with override_settings(TSLOCK_PROVIDERS={"default": MEMORY, "broken": BROKEN}):
+        config = LockConfiguration("counted", "1m")
+        held = providers["default"].lock(config)  # before install: not counted
+        assert held is not None
+        held.unlock()
+        metrics.install(registry)
+        metrics.install(registry)  # twice changes nothing
+        try:
+            held = providers["default"].lock(config)
+            assert held is not None
+            assert providers["default"].lock(config) is None
+            with pytest.raises(LockProviderError):
+                providers["broken"].lock(config)
+            signals.notify(
+                signals.keep_alive_failed,
+                sender=type(providers["default"]),
+                alias="default",
+                name="counted",
+                record=held.record,
+                error=None,
+            )
+        finally:
+            metrics.uninstall()
+        assert providers["default"].lock(LockConfiguration("counted", "1m")) is None  # after: not counted
+
+    assert value("tslock_lock_attempts_total") == 2
+    assert value("tslock_lock_acquired_total") == 1
+    assert value("tslock_lock_skipped_total") == 1
+    assert value("tslock_lock_errors_total") == 0
+    assert (
+        registry.get_sample_value("tslock_lock_errors_total", {"lock_name": "counted", "provider": "broken"})
+        == 1
+    )
+    assert (
+        registry.get_sample_value(
+            "tslock_lock_attempts_total", {"lock_name": "counted", "provider": "broken"}
+        )
+        == 1
+    )
+    assert value("tslock_keep_alive_failures_total") == 1

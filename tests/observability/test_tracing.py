@@ -1,0 +1,106 @@
+"""One OpenTelemetry span per journaled run, recorded by the real SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test.utils import override_settings
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from tests.admin.tslock_test_providers import MEMORY
+from tests.observability.stores import BROKEN
+from tslock_django import LockConfiguration, lock, tracing
+from tslock_django.conf import providers
+from tslock_django.exceptions import LockProviderError
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """Spans go to an in-memory exporter of a provider of this test's own (the global
+    provider is left alone: it can be set once per process)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer", lambda name, *args, **kwargs: provider.get_tracer(name))
+    with override_settings(TSLOCK_PROVIDERS={"default": MEMORY, "broken": BROKEN}):
+        yield exporter
+
+
+def only(exporter: InMemorySpanExporter) -> Any:
+    found = exporter.get_finished_spans()
+    assert len(found) == 1, [s.name for s in found]
+    return found[0]
+
+
+def test_a_successful_run_is_one_span_with_its_lock_and_fencing_token(spans: InMemorySpanExporter) -> None:
+    call_command("locked_job", shard="t")
+    span = only(spans)
+    assert span.name == "tslock.run job-t"
+    assert dict(span.attributes) == {
+        "tslock.lock_name": "job-t",
+        "tslock.provider": "default",
+        "tslock.outcome": "succeeded",
+        "tslock.fencing_token": 1,
+    }
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_a_failed_run_is_an_error_span_with_the_exception(spans: InMemorySpanExporter) -> None:
+    with pytest.raises(RuntimeError):
+        call_command("locked_job", shard="f", explode=True)
+    span = only(spans)
+    assert span.attributes["tslock.outcome"] == "failed"
+    assert span.status.status_code is StatusCode.ERROR
+    assert [event.name for event in span.events] == ["exception"]
+    assert span.events[0].attributes["exception.message"] == "the job failed"
+
+
+def test_skips_and_store_errors_are_spans_too(spans: InMemorySpanExporter) -> None:
+    held = providers["default"].lock(LockConfiguration("job-s", "5m"))
+    assert held is not None
+    call_command("locked_job", shard="s")  # skipped: held above
+    span = only(spans)
+    assert span.attributes["tslock.outcome"] == "skipped"
+    spans.clear()
+    with pytest.raises(LockProviderError), lock("on-a-broken-store", "1m", using="broken", journal=True):
+        pass
+    span = only(spans)
+    assert span.attributes["tslock.outcome"] == "error"
+    assert span.attributes["tslock.provider"] == "broken"
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def test_the_jobs_own_spans_are_children_of_the_run(spans: InMemorySpanExporter) -> None:
+    with lock("parent", "1m", journal=True), trace.get_tracer("the.job").start_as_current_span("query"):
+        pass
+    child, run = spans.get_finished_spans()
+    assert run.name == "tslock.run parent"
+    assert child.parent is not None and child.parent.span_id == run.context.span_id
+    # Outside the run, the run's span is no longer current.
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_lock_without_journal_makes_no_span(spans: InMemorySpanExporter) -> None:
+    with lock("hot-path", "1m"):
+        pass
+    assert spans.get_finished_spans() == ()
+
+
+def test_without_opentelemetry_nothing_is_traced_and_the_job_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracing, "_trace", None)
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import fails as if not installed
+    assert tracing.begin("any", "default") is None
+    assert tracing._trace is False  # looked up once; later runs skip even the import
+    with override_settings(TSLOCK_PROVIDERS={"default": MEMORY}):
+        call_command("locked_job", shard="no-otel")

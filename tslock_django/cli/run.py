@@ -1,0 +1,220 @@
+"""``manage.py tslock run NAME --at-most-for D [...] -- PROGRAM [ARGS...]``: run any
+program under a lock, journaled, for cron lines and Kubernetes CronJobs.
+
+Exit statuses:
+
+- the program's own; ``128 + N`` when signal ``N`` killed it;
+- 0 when the lock is held elsewhere (one ``skipped: ...`` line on stderr, as a locked
+  command prints), 75 with ``--on-locked fail``;
+- 1 when the store failed: the program did not run (fail closed);
+- 127 when the program cannot be started;
+- 2 for a usage mistake (argparse's message; nothing is locked).
+
+SIGTERM, SIGINT and SIGHUP are passed on to the program; the lock is released once it
+has ended (see :mod:`tslock_django.runner`).
+
+Why the status is given by ``sys.exit``: Django turns ``CommandError`` into exit status
+1 (or its ``returncode``) but always prints ``CommandError: ...`` first, and the
+program's stderr is its own: a program that exits 3 must look like itself exiting 3.
+So :func:`exit_with`, the very last step of the subcommand (after the lock is released
+and the journal written), raises ``SystemExit`` with the status when run from a shell.
+Under ``call_command`` a status other than 0 is a ``CommandError`` carrying it as
+``returncode``, so a caller in Python is never exited from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ..core.configuration import LockConfiguration
+from ..core.durations import GRAMMAR_HINT, parse_duration
+from ..decorators import EXIT_LOCKED, _held
+from ..exceptions import InvalidLockProvider, LockHeld, LockProviderError
+from ..guard import GuardedRun
+from ..journal.schedules import parse_schedule
+from ..runner import Child
+
+HELP = "Run a program under a lock: tslock run NAME --at-most-for 10m -- PROGRAM [ARGS...]"
+
+USAGE_HINT = "put the program after --, e.g. tslock run nightly-report --at-most-for 30m -- ./report.sh --all"
+
+
+def _name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the lock name is empty; give a name such as nightly-report")
+    return text
+
+
+def _duration(field: str) -> Any:
+    def parse(text: str) -> timedelta:
+        try:
+            return parse_duration(text, field=field)
+        except ValueError as err:
+            # argparse names the option already.
+            raise argparse.ArgumentTypeError(str(err).removeprefix(f"{field}: ")) from None
+
+    parse.__name__ = "duration"  # argparse names the type in its "invalid ... value" line
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``tslock run``, and the split at ``--`` (everything after it is
+    the program and its arguments, never read as options of tslock)."""
+    parser.usage = (
+        "%(prog)s NAME --at-most-for D [--at-least-for D] [--keep-alive] [--provider A] [--wait D] "
+        "[--on-locked {skip,fail}] [--schedule S [--grace G]] -- PROGRAM [ARGS...]"
+    )
+    parser.add_argument("name", type=_name, metavar="NAME", help="The lock name.")
+    parser.add_argument(
+        "--at-most-for",
+        required=True,
+        type=_duration("--at-most-for"),
+        metavar="D",
+        help=f"Hold the lock at most this long if this process dies ({GRAMMAR_HINT}).",
+    )
+    parser.add_argument(
+        "--at-least-for",
+        type=_duration("--at-least-for"),
+        default=timedelta(0),
+        metavar="D",
+        help="Keep the lock at least this long, also when the program ends sooner (default 0).",
+    )
+    parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="Extend the lock every at-most-for / 2 while the program runs.",
+    )
+    parser.add_argument("--provider", default="default", metavar="A", help="The provider alias (default).")
+    parser.add_argument(
+        "--wait",
+        type=_duration("--wait"),
+        default=timedelta(0),
+        metavar="D",
+        help="Keep trying this long while the lock is held (default: try once).",
+    )
+    parser.add_argument(
+        "--on-locked",
+        choices=["skip", "fail"],
+        default="skip",
+        help=f"Held elsewhere: skip (exit 0, the default) or fail (exit {EXIT_LOCKED}).",
+    )
+    parser.add_argument(
+        "--schedule",
+        metavar="S",
+        help="How often the job should run, for 'tslock overdue': a period (1h) or a cron expression.",
+    )
+    parser.add_argument("--grace", metavar="G", help="How late a run may be (needs --schedule).")
+    _split_at_double_dash(parser)
+
+
+def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` take everything after the first ``--`` as the program.
+
+    argparse cannot do it alone: a positional list after ``NAME`` and the options would
+    either swallow the options (``REMAINDER``) or lose track of ``--`` (``*``), and a
+    forgotten ``--`` would run the first option's value as a program. The split is made
+    before argparse sees the words; the checks that span options (``--grace`` needs
+    ``--schedule``, at-least within at-most) are usage errors here too, so every mistake
+    exits 2 with argparse's message before anything is locked.
+    """
+    parse_known = parser.parse_known_args
+
+    def parse_known_args(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        words = list(sys.argv[1:] if args is None else args)
+        cut = words.index("--") if "--" in words else len(words)
+        parsed, extras = parse_known(words[:cut], namespace)
+        if cut == len(words):
+            found = f" (found {' '.join(extras)!r} without it)" if extras else ""
+            parser.error(f"no -- before the program{found}; {USAGE_HINT}")
+        program = words[cut + 1 :]
+        if not program or not program[0]:
+            parser.error(f"no program after --; {USAGE_HINT}")
+        parsed.program = program
+        _check_together(parser, parsed)
+        return parsed, extras
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
+
+
+def _check_together(parser: argparse.ArgumentParser, options: argparse.Namespace) -> None:
+    if options.grace is not None and options.schedule is None:
+        parser.error("--grace needs --schedule (e.g. --schedule 1h --grace 10m)")
+    try:
+        LockConfiguration(options.name, options.at_most_for, options.at_least_for)
+        options.job_schedule = (
+            parse_schedule(options.schedule, options.grace, field="--schedule")
+            if options.schedule is not None
+            else None
+        )
+    except ValueError as err:
+        parser.error(str(err))
+
+
+def handle(command: BaseCommand, options: dict[str, Any]) -> int | None:
+    """Run the program under its lock; returns the exit status (``None`` for 0).
+
+    Raises:
+        CommandError: the store failed (status 1), the lock is held with
+            ``--on-locked fail`` (status 75), or the lock cannot be used as asked
+            (e.g. a name too long for the store: status 2).
+    """
+    program: list[str] = options["program"]
+    config = LockConfiguration(options["name"], options["at_most_for"], options["at_least_for"])
+    run = GuardedRun(
+        config,
+        options["provider"],
+        keep_alive=options["keep_alive"],
+        wait=options["wait"],
+        schedule=options.get("job_schedule"),
+        stream=command.stderr,
+    )
+    shown = program[0]
+    try:
+        run.enter()
+    except LockHeld as refused:
+        line = f"{_held(refused)}; {shown} did not run"
+        if options["on_locked"] == "fail":
+            raise CommandError(line, returncode=EXIT_LOCKED) from None
+        command.stderr.write(f"skipped: {line}")
+        return None
+    except (LockProviderError, InvalidLockProvider) as err:
+        raise CommandError(f"{err}; {shown} did not run (failing closed)") from err
+    except ValueError as err:
+        raise CommandError(str(err), returncode=2) from err
+    # From here the lock is held: SIGTERM, SIGINT and SIGHUP go to the program (or, before
+    # it starts, keep it from starting) instead of stopping us, until the lock is back.
+    with Child(program) as child:
+        try:
+            ended = child.run()
+        except BaseException as exc:  # whatever it was (KeyboardInterrupt...), the lock goes back
+            run.exit(exc)
+            raise
+        if ended.error is not None:
+            run.exit(ended.error)
+            command.stderr.write(f"tslock run: cannot start {shown!r}: {ended.error.strerror or ended.error}")
+        elif ended.returncode is None:
+            run.exit(InterruptedError(f"signal {ended.signal} arrived before {shown} started"))
+        else:
+            run.exit(exit_status=ended.returncode)
+    return ended.status or None
+
+
+def exit_with(command: BaseCommand, status: int | None) -> None:
+    """End the subcommand with ``status``; the last step, after the lock is released.
+
+    From a shell: ``SystemExit(status)`` (no extra line on stderr). Under
+    ``call_command``: a ``CommandError`` with ``returncode=status``.
+    """
+    if not status:
+        return
+    if getattr(command, "_called_from_command_line", False):
+        sys.exit(status)
+    raise CommandError(f"the program ended with exit status {status}", returncode=status)

@@ -1,0 +1,96 @@
+"""A django-health-check check (the optional extra ``tslock-django[healthcheck]``):
+every configured lock store answers, and no scheduled job is overdue.
+
+django-health-check 4.x takes checks by dotted path in its view::
+
+    path("ht/", HealthCheckView.as_view(checks=["tslock_django.health.TslockHealthCheck", ...]))
+
+3.x registers backends in an ``AppConfig.ready()``::
+
+    plugin_dir.register(TslockHealthCheck)
+
+A store is asked for one record of its current locks (``provider.query(LockQuery(limit=1))``,
+one round trip; on Workers KV one API request of its budget per check). A store that
+fails is ``ServiceUnavailable``. Overdue means what ``tslock overdue`` says: a scheduled
+name whose status (the journal's rule) is late or failing; that is
+``ServiceReturnedUnexpectedResult``, naming up to five of them. Messages carry the
+library's own error texts, which never hold a secret.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import DatabaseError
+from health_check.exceptions import ServiceReturnedUnexpectedResult, ServiceUnavailable
+
+try:  # django-health-check 4.x
+    from health_check.base import HealthCheck as _Base
+except ImportError:  # pragma: no cover - 3.x, whose base class moved between releases
+    try:
+        from health_check.backends import HealthCheck as _Base  # type: ignore[no-redef]
+    except ImportError:
+        from health_check.backends import BaseHealthCheckBackend as _Base  # type: ignore[no-redef]
+
+#: At most this many overdue names are named in the message.
+NAMED = 5
+
+
+def problems() -> tuple[list[str], list[str]]:
+    """``(stores that failed, overdue names)``, each as a line for the message."""
+    from .conf import providers
+    from .core.query import LockQuery
+    from .exceptions import InvalidLockProvider, LockProviderError
+    from .journal.recorder import journal_database
+    from .journal.status import ALERTING, statuses
+
+    failed: list[str] = []
+    try:
+        aliases = providers.aliases()
+    except InvalidLockProvider as err:
+        return [f"TSLOCK_PROVIDERS is not configured correctly: {err}"], []
+    for alias in aliases:
+        try:
+            providers[alias].query(LockQuery(limit=1))
+        except (LockProviderError, InvalidLockProvider) as err:
+            text = str(err)  # the library's errors usually name their provider already
+            failed.append(text if repr(alias) in text else f"lock provider {alias!r}: {text}")
+    overdue: list[str] = []
+    try:
+        using = journal_database()
+        found = statuses(using) if using is not None else []
+    except ValueError as err:
+        failed.append(f"the run journal's settings: {err}")
+    except DatabaseError as err:
+        failed.append(f"the run journal could not be read ({type(err).__name__})")
+    else:
+        overdue = [f"{s.name} ({s.status})" for s in found if s.status in ALERTING]
+    return failed, overdue
+
+
+class TslockHealthCheck(_Base):  # type: ignore[misc,valid-type]
+    """Lock stores reachable, nothing overdue. No options: it checks every configured
+    provider and the journal that ``TSLOCK_JOURNAL`` names."""
+
+    def check(self) -> None:
+        """Raise django-health-check's error for the first kind of problem found."""
+        failed, overdue = problems()
+        if failed:
+            raise ServiceUnavailable("; ".join(failed))
+        if overdue:
+            shown = ", ".join(overdue[:NAMED])
+            more = f" and {len(overdue) - NAMED} more" if len(overdue) > NAMED else ""
+            raise ServiceReturnedUnexpectedResult(
+                f"{len(overdue)} scheduled job{'s' if len(overdue) != 1 else ''} overdue: {shown}{more}"
+            )
+
+    # django-health-check 4.x calls run() (in a thread: the ORM is synchronous).
+    def run(self) -> None:
+        self.check()
+
+    # django-health-check 3.x calls check_status() through run_check().
+    def check_status(self, subsets: Any = None) -> None:
+        self.check()
+
+    def __repr__(self) -> str:
+        return "TslockHealthCheck"

@@ -1,0 +1,116 @@
+"""OpenTelemetry: one span per journaled run, when ``opentelemetry-api`` is installed.
+
+:class:`~tslock_django.guard.GuardedRun` calls :func:`begin` before it takes the lock and
+then the :class:`RunSpan` methods that mirror the journal's recorder. The span is named
+``tslock.run <lock name>`` and carries ``tslock.lock_name``, ``tslock.provider``,
+``tslock.outcome`` and (where the store has one) ``tslock.fencing_token``. While the job
+runs the span is the current one, so the job's own spans (database queries, HTTP calls)
+are its children. It starts when the lock is asked for, so a skip or a store error is a
+span too (a short one).
+
+Without ``opentelemetry-api`` :func:`begin` returns ``None`` after one failed import per
+process; with it but without an SDK configured, the API's spans are no-ops.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+_TRACER_NAME = "tslock_django"
+#: The ``opentelemetry.trace`` module, ``False`` when it is not installed, ``None`` before
+#: the first look.
+_trace: Any = None
+
+
+def _api() -> Any:
+    global _trace
+    if _trace is None:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            _trace = False
+        else:
+            _trace = trace
+    return _trace
+
+
+def begin(name: str, alias: str) -> RunSpan | None:
+    """The span of a run about to ask for its lock, or ``None`` without OpenTelemetry."""
+    trace = _api()
+    if not trace:
+        return None
+    return RunSpan(trace, name, alias)
+
+
+class RunSpan:
+    """One run's span. The methods mirror :class:`~tslock_django.journal.recorder.RunRecorder`'s;
+    the OpenTelemetry API is built not to raise into its callers, so they do not guard."""
+
+    def __init__(self, trace: Any, name: str, alias: str) -> None:
+        self._trace = trace
+        self.name = name
+        self.alias = alias
+        self._start_ns = time.time_ns()
+        self._span: Any = None
+        self._token: Any = None
+
+    def _open(self) -> Any:
+        tracer = self._trace.get_tracer(_TRACER_NAME)
+        return tracer.start_span(
+            f"tslock.run {self.name}",
+            start_time=self._start_ns,
+            attributes={"tslock.lock_name": self.name, "tslock.provider": self.alias},
+        )
+
+    def skipped(self, holder: Any | None) -> None:
+        """Held elsewhere: a span that ends at once, outcome ``skipped``."""
+        span = self._open()
+        span.set_attribute("tslock.outcome", "skipped")
+        held_by = getattr(holder, "locked_by", None)
+        if held_by:
+            span.set_attribute("tslock.held_by", str(held_by))
+        span.end()
+
+    def errored(self, err: BaseException) -> None:
+        """The store failed: a span that ends at once, outcome ``error``, status error."""
+        span = self._open()
+        span.set_attribute("tslock.outcome", "error")
+        span.record_exception(err)
+        span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, type(err).__name__))
+        span.end()
+
+    def started(self, held: Any) -> None:
+        """The lock is ours: the span stays open and current while the job runs."""
+        from opentelemetry import context
+
+        span = self._span = self._open()
+        fencing_token = getattr(held, "fencing_token", None)
+        if fencing_token is not None:
+            span.set_attribute("tslock.fencing_token", int(fencing_token))
+        self._token = context.attach(self._trace.set_span_in_context(span))
+
+    def finished(self, exc: BaseException | None = None, *, exit_status: int | None = None) -> None:
+        """The job ended (and its lock was given back): outcome ``succeeded`` or
+        ``failed``; the span ends and is no longer current."""
+        span = self._span
+        if span is None:
+            return
+        self._span = None
+        failed = exc is not None or (exit_status is not None and exit_status != 0)
+        span.set_attribute("tslock.outcome", "failed" if failed else "succeeded")
+        if exit_status is not None:
+            span.set_attribute("tslock.exit_status", exit_status)
+        if exc is not None:
+            span.record_exception(exc)
+        if failed:
+            reason = type(exc).__name__ if exc is not None else f"exit status {exit_status}"
+            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, reason))
+        if self._token is not None:
+            from opentelemetry import context
+
+            # The API logs (and does not raise) when it ends in another context than it
+            # began in, e.g. after a thread hop.
+            context.detach(self._token)
+            self._token = None
+        span.end()

@@ -74,7 +74,7 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 # instead, so a broken reference to one of *our* names still fails the build.
 nitpick_ignore_regex = [
     (r"py:.*", r"(datetime|collections|typing|types|contextvars|enum|argparse|abc|threading)\..*"),
-    (r"py:.*", r"(django|httpx|redis|environ)(\..*)?"),
+    (r"py:.*", r"(django|httpx|redis|environ|health_check|prometheus_client|opentelemetry)(\..*)?"),
     (r"py:class", r"(Any|Callable|Mapping|Iterator|Iterable|Sequence|TracebackType|ParamSpec|TypeVar)"),
     (r"py:class", r"(timedelta|datetime|tzinfo|Signal|ImproperlyConfigured|BaseCommand|ValueError)"),
     (r"py:class", r"(NoneType|Literal\[.*\]|ellipsis|function|os\.PathLike|pathlib\.Path)"),

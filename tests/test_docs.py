@@ -332,3 +332,14 @@ def test_the_exit_status_pages_give_the_decorators_status_for_a_held_lock() -> N
     for page in ("reference/exit-statuses.md", "howto/cron-and-kubernetes.md"):
         text = (DOCS / page).read_text(encoding="utf-8")
         assert f"| {EXIT_LOCKED} | the lock is held" in text, page
+
+
+def test_the_signals_page_lists_every_signal_the_library_sends() -> None:
+    from django.dispatch import Signal
+
+    from tslock_django import signals
+
+    sent = {name for name, value in vars(signals).items() if isinstance(value, Signal)}
+    page = (DOCS / "reference" / "signals.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `(\w+)` \|", page, flags=re.MULTILINE))
+    assert sent and listed == sent

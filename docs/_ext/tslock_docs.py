@@ -17,6 +17,7 @@ cannot drift from it:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
@@ -28,6 +29,17 @@ from sphinx.util.docutils import SphinxDirective
 logger = logging.getLogger(__name__)
 
 __version__ = "1"
+
+
+def _depend_on_the_package(directive: SphinxDirective) -> None:
+    """Rebuild the page whenever a module of the package changes: what these directives
+    generate comes from the code, which Sphinx's incremental build does not otherwise
+    connect to the page (a new subcommand would stay missing from a page built before)."""
+    import tslock_django
+
+    package = Path(tslock_django.__file__).resolve().parent
+    for path in [*sorted(package.rglob("*.py")), Path(__file__).resolve()]:
+        directive.env.note_dependency(str(path))
 
 
 def _table(directive: SphinxDirective, header: list[str], rows: list[list[nodes.Node]]) -> nodes.table:
@@ -111,6 +123,7 @@ class TslockCli(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from tslock_django.management.commands.tslock import Command
 
+        _depend_on_the_package(self)
         parser = Command().create_parser("manage.py", "tslock")
         action, helps = _subcommands(parser)
         out: list[nodes.Node] = []
@@ -139,6 +152,7 @@ class TslockCommandOptions(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from django.core.management import load_command_class
 
+        _depend_on_the_package(self)
         command = load_command_class("testproject.demo", "demo_report")
         parser = command.create_parser("manage.py", "demo_report")
         added = argparse.ArgumentParser(add_help=False)
@@ -168,6 +182,7 @@ class TslockOptions(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from tslock_django.providers.options import BUILT_IN
 
+        _depend_on_the_package(self)
         backend = self.arguments[0]
         spec = BUILT_IN.get(backend)
         if spec is None:

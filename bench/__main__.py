@@ -242,7 +242,7 @@ def journal_targets(journal: dict[str, Any] | None) -> dict[str, Any]:
     scale = (journal or {}).get("scale") or {}
     for label, ratio in scale.get("large_over_small", {}).items():
         found[f"journal: {label} at 1M runs <= 3x at 1k"] = target(ratio, 3, "<=")
-    for label, cell in scale.get("sizes", {}).get("1000000", {}).items():
+    for label, cell in scale.get("sizes", {}).get("1M runs of 10,000 names", {}).items():
         if "peak_mib" in cell:
             found[f"journal: {label} peak Python memory at 1M runs <= 20 MiB"] = target(
                 cell["peak_mib"], 20, "<="

@@ -6,9 +6,10 @@ off, alternating, on SQLite and on PostgreSQL (each a migrated database of its o
 
 ``BENCH_DB=postgres python -m bench.journalbench scale REPEATS``: the journal's reads at
 1,000 runs (100 names, 10 runs each) and at 1,000,000 runs (10,000 names, 100 runs each):
-a name's history, ``tslock runs NAME``, the Runs page's first page (when the admin has
-one) and ``tslock overdue``, with the median time and the peak Python memory of each. In
-both sizes 100 names are scheduled, so ``overdue`` answers for the same names.
+a name's history, ``tslock runs NAME``, the Runs page's first page and a name's history
+page, and ``tslock overdue``, with the median time and the peak Python memory of each.
+Each read is compared with a small table where it shows as much as in the large one (a
+history of 100 runs; a first page of 100 names); 10 names are scheduled in every table.
 
 Each prints one JSON line.
 """
@@ -134,26 +135,51 @@ def scale(repeats: int) -> dict[str, Any]:
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     found: dict[str, Any] = {}
     try:
-        with override_settings(TSLOCK_JOURNAL={"using": "default"}):
-            for runs, names in ((1_000, 100), (1_000_000, 10_000)):
-                _fill(runs, names, scheduled=100)
-                cells: dict[str, Any] = {
-                    "history": _measure(lambda: status.runs("default", name=PROBE, limit=50), repeats),
-                    "overdue (library)": _measure(lambda: status.statuses("default"), repeats),
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+        from django.urls import reverse
+
+        admin = get_user_model().objects.create_superuser("bench", "bench@example.com", "bench")
+        browser = Client()
+        browser.force_login(admin)
+        pages = {
+            "first": reverse("admin:tslock_django_job_changelist"),
+            "history": reverse("admin:tslock_django_job_history") + f"?name={PROBE}",
+        }
+
+        def get(url: str) -> None:
+            response = browser.get(url)
+            assert response.status_code == 200, response.status_code
+
+        with override_settings(TSLOCK_JOURNAL={"using": "default"}, ALLOWED_HOSTS=["testserver"]):
+            # What each read shows must be the same size in both: a name's history shows
+            # 100 runs (so at 1,000 runs there are 10 names), the Runs page 100 names (so
+            # at 1,000 runs each has 10). The large table holds both: 10,000 names x 100.
+            reads: dict[str, tuple[str, Callable[[], object]]] = {
+                "history": ("names", lambda: status.runs("default", name=PROBE, limit=50)),
+                "tslock runs NAME": ("names", lambda: _quiet(call_command, "runs", PROBE)),
+                "Runs page, a name's history": ("names", lambda: get(pages["history"])),
+                "overdue (library)": ("rows", lambda: status.statuses("default")),
+                "tslock overdue": ("rows", lambda: _quiet(call_command, "overdue")),
+                "Runs page, first page": ("rows", lambda: get(pages["first"])),
+            }
+            for size, runs, names in (
+                ("1k runs of 10 names", 1_000, 10),
+                ("1k runs of 100 names", 1_000, 100),
+                ("1M runs of 10,000 names", 1_000_000, 10_000),
+            ):
+                _fill(runs, names, scheduled=10)
+                kind = "names" if names == 10 else "rows" if names == 100 else None
+                found[size] = {
+                    label: _measure(read, repeats)
+                    for label, (needs, read) in reads.items()
+                    if kind is None or needs == kind
                 }
-                for label, argv in (("tslock runs NAME", ["runs", PROBE]), ("tslock overdue", ["overdue"])):
-                    try:
-                        cells[label] = _measure(lambda argv=argv: _quiet(call_command, *argv), repeats)
-                    except Exception as err:  # noqa: BLE001 - a subcommand this checkout lacks
-                        cells[label] = {"error": f"{type(err).__name__}: {err}"[:200]}
-                found[str(runs)] = cells
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
-    ratios = {}
-    for label, cell in found["1000000"].items():
-        small = found["1000"].get(label, {})
-        if "median_ms" in cell and "median_ms" in small:
-            ratios[label] = cell["median_ms"] / small["median_ms"]
+    large = found["1M runs of 10,000 names"]
+    small = {**found["1k runs of 10 names"], **found["1k runs of 100 names"]}
+    ratios = {label: cell["median_ms"] / small[label]["median_ms"] for label, cell in large.items()}
     return {"sizes": found, "large_over_small": ratios}
 
 

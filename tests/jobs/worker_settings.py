@@ -4,6 +4,8 @@ the journal on (the demo project's default) and django-tasks' database backend."
 
 from __future__ import annotations
 
+import os
+
 from testproject.settings import *  # noqa: F403
 from testproject.settings import DATABASES, INSTALLED_APPS
 
@@ -12,3 +14,6 @@ TASKS = {"default": {"BACKEND": "django_tasks.backends.database.DatabaseBackend"
 # Several workers write one SQLite file: wait for its lock rather than fail.
 DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
 LOGGING = {"version": 1, "disable_existing_loggers": False}
+# The bench measures the journal's share of a task's cost by turning it off.
+if os.environ.get("TSLOCK_BENCH_JOURNAL") == "off":
+    TSLOCK_JOURNAL = None

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
+from .core.aexecutor import agive_back, atake
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
 from .core.executor import HeldLock, give_back, take
@@ -44,8 +45,16 @@ class lock:
 
     Each call or ``with`` acquires afresh; one ``lock`` object may be shared by threads
     and tasks. Re-entrant: inside a block that holds the same name on the same provider,
-    no second acquisition happens. Coroutine functions cannot be decorated (the lock
-    would be released before the coroutine runs).
+    no second acquisition happens.
+
+    Decorating a coroutine function gives a coroutine function that holds the lock
+    while it is awaited, with the provider's async I/O (see :class:`alock`, the
+    ``async with`` form)::
+
+        @lock("sync-prices", lock_at_most_for="5m")
+        async def sync_prices(): ...
+
+    A call that is skipped returns ``None``; a cancelled call leaves no lock behind.
 
     Args:
         name: the lock name.
@@ -69,7 +78,7 @@ class lock:
         *,
         using: str = "default",
         keep_alive: bool = False,
-        wait: DurationLike = 0,
+        wait: DurationLike | None = 0,
         on_locked: OnLocked = "skip",
     ) -> None:
         if on_locked not in ("skip", "raise"):
@@ -77,7 +86,7 @@ class lock:
         self.config = LockConfiguration(name, lock_at_most_for, lock_at_least_for)
         self.using = using
         self.keep_alive = keep_alive
-        self.wait = wait
+        self.wait = wait or 0
         self.on_locked = on_locked
 
     def _take(self) -> tuple[HeldLock, bool]:
@@ -85,16 +94,30 @@ class lock:
 
         return take(providers.get(self.using), self.config, keep_alive=self.keep_alive, wait=self.wait)
 
+    async def _atake(self) -> tuple[HeldLock, bool]:
+        from . import providers
+
+        provider = providers.get(self.using)
+        return await atake(provider, self.config, keep_alive=self.keep_alive, wait=self.wait)
+
     # -- context manager ---------------------------------------------------------------
 
     def __enter__(self) -> HeldLock:
         held, acquired = self._take()
-        _entered.set((*_entered.get(), (self, held, acquired)))
+        self._entering(held, acquired)
         return held
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        give_back(*self._leaving())
+
+    def _entering(self, held: HeldLock, acquired: bool) -> None:
+        """Note what this ``with`` (or ``async with``) holds in this thread or task."""
+        _entered.set((*_entered.get(), (self, held, acquired)))
+
+    def _leaving(self) -> tuple[HeldLock, bool]:
+        """What this ``with`` (or ``async with``) entered in this thread or task."""
         entries = _entered.get()
         mine = [i for i, (owner, _, _) in enumerate(entries) if owner is self]
         if not mine:
@@ -105,17 +128,24 @@ class lock:
         index = mine[-1]
         _, held, acquired = entries[index]
         _entered.set(entries[:index] + entries[index + 1 :])
-        give_back(held, acquired)
+        return held, acquired
 
     # -- decorator -------------------------------------------------------------------
 
-    def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
-        if inspect.iscoroutinefunction(func):
-            raise TypeError(
-                f"lock() cannot decorate the coroutine function {func.__qualname__}: the lock would be "
-                "released before the coroutine runs; use `with lock(...)` inside a sync function instead"
-            )
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, func: Callable[P, Coroutine[Any, Any, R]]
+    ) -> Callable[P, Coroutine[Any, Any, R | None]]: ...
 
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]: ...
+
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
+        if inspect.iscoroutinefunction(func):
+            return self._decorate_coroutine_function(func)
+        return self._decorate_function(func)
+
+    def _decorate_function(self, func: Callable[P, R]) -> Callable[P, R | None]:
         @functools.wraps(func)
         def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
             try:
@@ -128,6 +158,24 @@ class lock:
                 return func(*args, **kwargs)
             finally:
                 give_back(held, acquired)
+
+        return locked
+
+    def _decorate_coroutine_function(
+        self, func: Callable[P, Coroutine[Any, Any, R]]
+    ) -> Callable[P, Coroutine[Any, Any, R | None]]:
+        @functools.wraps(func)
+        async def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            try:
+                held, acquired = await self._atake()
+            except LockHeld:
+                if self.on_locked == "raise":
+                    raise
+                return None
+            try:
+                return await func(*args, **kwargs)
+            finally:
+                await agive_back(held, acquired)
 
         return locked
 

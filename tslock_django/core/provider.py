@@ -9,11 +9,14 @@ cursors and the rule that a store failure is a
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import socket
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
@@ -28,6 +31,7 @@ from ..exceptions import (
     StaleLockHandle,
     UnsupportedQuery,
 )
+from .aio import finish, in_thread
 from .clock import ClockProvider, SystemClock
 from .configuration import LockConfiguration
 from .durations import DurationLike
@@ -51,6 +55,8 @@ from .query import (
 from .records import ListedRecord, LockRecord
 
 Guarantee = Literal["strong", "advisory"]
+
+logger = logging.getLogger("tslock_django")
 
 
 def default_locked_by() -> str:
@@ -111,6 +117,10 @@ class SimpleLock:
             self._check_unspent()
             self._spent = how
 
+    # The rules of unlock and extend are written once, here and in the provider's
+    # _attempt_* helpers; unlock()/extend() and aunlock()/aextend() differ only in how
+    # they wait for the store.
+
     def unlock(self) -> bool:
         """Release the lock, keeping it held until ``lock_at_least_until`` if that is later.
 
@@ -124,14 +134,33 @@ class SimpleLock:
                 may be retried; otherwise the lock expires at ``lock_until``.
         """
         self._spend("unlock")
-        try:
+        with self._unspent_unless_answered():
             released = self.provider._unlock(self)
-        except LockProviderError:
-            # The store did not answer: the handle still owns the lock, so the caller
-            # may retry (Workers KV answers 429 to a second write within a second).
+        return self._unlocked(released)
+
+    async def aunlock(self) -> bool:
+        """:meth:`unlock` for asyncio code: the same rules, returns and errors.
+
+        If the awaiting task is cancelled, the handle stays usable (the release may or
+        may not have reached the store; releasing again is harmless)."""
+        self._spend("unlock")
+        with self._unspent_unless_answered():
+            released = await self.provider._aunlock(self)
+        return self._unlocked(released)
+
+    @contextmanager
+    def _unspent_unless_answered(self) -> Iterator[None]:
+        """Give the handle back its use when the store did not answer: it still owns the
+        lock, so the caller may retry (Workers KV answers 429 to a second write within a
+        second; a cancelled task may release again)."""
+        try:
+            yield
+        except (LockProviderError, asyncio.CancelledError):
             with self._mutex:
                 self._spent = None
             raise
+
+    def _unlocked(self, released: bool) -> bool:
         self.notify(signals.lock_released, released=released)
         return released
 
@@ -155,6 +184,28 @@ class SimpleLock:
             successor = self.provider._extend(self, config)
             if successor is not None:
                 self._spent = "extend"
+        return self._extended(successor)
+
+    async def aextend(
+        self, lock_at_most_for: DurationLike, lock_at_least_for: DurationLike = 0
+    ) -> SimpleLock | None:
+        """:meth:`extend` for asyncio code: the same rules, returns and errors.
+
+        The handle counts as used while the extension is in flight (an ``unlock`` then
+        raises ``StaleLockHandle``), and is usable again if the store refused, failed,
+        or the awaiting task was cancelled."""
+        config = LockConfiguration(self.name, lock_at_most_for, lock_at_least_for)
+        self._spend("extend")
+        successor = None
+        try:
+            successor = await self.provider._aextend(self, config)
+        finally:
+            if successor is None:
+                with self._mutex:
+                    self._spent = None
+        return self._extended(successor)
+
+    def _extended(self, successor: SimpleLock | None) -> SimpleLock | None:
         if successor is not None:
             successor.notify(signals.lock_extended)
         return successor
@@ -264,21 +315,73 @@ class LockProvider(ABC):
     def attempt(self, config: LockConfiguration) -> Attempt:
         """Like :meth:`lock`, but also returns the holder's record when the store
         reported it, so a skip can say who holds the lock without another round trip."""
+        self._attempt_begins(config)
+        return self._attempt_ends(config, self._acquire(config))
+
+    async def alock(self, config: LockConfiguration) -> SimpleLock | None:
+        """:meth:`lock` for asyncio code: the same rules, returns and errors.
+
+        A task cancelled while the request is in flight leaves no lock behind: the
+        request is let finish and, if the store granted the lock, it is released
+        before the cancellation goes on."""
+        return (await self.aattempt(config)).held
+
+    async def aattempt(self, config: LockConfiguration) -> Attempt:
+        """:meth:`attempt` for asyncio code (see :meth:`alock` on cancellation)."""
+        self._attempt_begins(config)
+        acquiring = asyncio.ensure_future(self._aacquire(config))
+        try:
+            outcome = await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            await finish(self._give_up_acquire(config, acquiring))
+            raise
+        return self._attempt_ends(config, outcome)
+
+    async def _give_up_acquire(
+        self, config: LockConfiguration, acquiring: asyncio.Future[SimpleLock | LockRecord | None]
+    ) -> None:
+        """The caller was cancelled while acquiring: wait for the store's answer and
+        release what it granted, so no lock is left held by nobody."""
+        try:
+            outcome = await acquiring
+        except LockProviderError:
+            return  # nothing was granted (or the store cannot say): nothing to release
+        attempt = self._attempt_ends(config, outcome)
+        if attempt.held is not None:
+            try:
+                await attempt.held.aunlock()
+            except LockProviderError as err:
+                logger.error(
+                    "acquiring lock %r was cancelled after the store granted it, and releasing it "
+                    "failed (it expires at %s): %s",
+                    config.name,
+                    attempt.held.record.lock_until,
+                    err,
+                )
+
+    def _attempt_begins(self, config: LockConfiguration) -> None:
+        """What every acquire does before asking the store: check the name and send
+        ``lock_attempted``."""
         self.validate_name(config.name)
-        sender = type(self)
-        common = {
+        signals.notify(signals.lock_attempted, sender=type(self), record=None, **self._common(config))
+
+    def _attempt_ends(self, config: LockConfiguration, outcome: SimpleLock | LockRecord | None) -> Attempt:
+        """What every acquire does with the store's answer: send ``lock_acquired`` or
+        ``lock_skipped`` and return the :class:`Attempt`."""
+        common = self._common(config)
+        if isinstance(outcome, SimpleLock):
+            signals.notify(signals.lock_acquired, sender=type(self), record=outcome.record, **common)
+            return Attempt(outcome, None)
+        signals.notify(signals.lock_skipped, sender=type(self), record=outcome, **common)
+        return Attempt(None, outcome)
+
+    def _common(self, config: LockConfiguration) -> dict[str, Any]:
+        return {
             "alias": self.alias,
             "name": config.name,
             "lock_at_most_for": config.lock_at_most_for,
             "lock_at_least_for": config.lock_at_least_for,
         }
-        signals.notify(signals.lock_attempted, sender=sender, record=None, **common)
-        outcome = self._acquire(config)
-        if isinstance(outcome, SimpleLock):
-            signals.notify(signals.lock_acquired, sender=sender, record=outcome.record, **common)
-            return Attempt(outcome, None)
-        signals.notify(signals.lock_skipped, sender=sender, record=outcome, **common)
-        return Attempt(None, outcome)
 
     def force_unlock(self, name: str, *, expected: int | str | None) -> bool:
         """Release ``name`` whoever holds it: the operator's escape hatch.
@@ -295,13 +398,23 @@ class LockProvider(ABC):
         Raises:
             LockProviderError: the store failed.
         """
+        self._check_expected(name, expected)
+        return self._force_released(name, expected, self._force_unlock(name, expected))
+
+    async def aforce_unlock(self, name: str, *, expected: int | str | None) -> bool:
+        """:meth:`force_unlock` for asyncio code: the same rules, returns and errors."""
+        self._check_expected(name, expected)
+        return self._force_released(name, expected, await self._aforce_unlock(name, expected))
+
+    def _check_expected(self, name: str, expected: object) -> None:
         self.validate_name(name)
         if isinstance(expected, bool) or not isinstance(expected, (int, str, type(None))) or expected == "":
             # "" would match a released record's empty token in some stores.
             raise ValueError(
                 f"expected must be a fencing token (int), a non-empty token (str) or None, got {expected!r}"
             )
-        released = self._force_unlock(name, expected)
+
+    def _force_released(self, name: str, expected: int | str | None, released: bool) -> bool:
         signals.notify(
             signals.lock_force_released,
             sender=type(self),
@@ -496,6 +609,12 @@ class LockProvider(ABC):
     def close(self) -> None:  # noqa: B027  (an optional hook, not an abstract method)
         """Free connections or clients; the provider may be used again afterwards."""
 
+    async def aclose(self) -> None:
+        """Free connections or clients, the async ones included (call it on the event
+        loop that used them); the provider may be used again afterwards. By default
+        :meth:`close`."""
+        self.close()
+
     # -- for subclasses ------------------------------------------------------------
 
     @abstractmethod
@@ -529,6 +648,26 @@ class LockProvider(ABC):
         (whatever states are asked for, when its name matches), never an exception
         for the whole page; its place is where the store's walk found it, given in
         ``positions`` when ``query.sort_key`` cannot know it (a time order)."""
+
+    # The async primitives. By default each runs its sync primitive in a worker thread,
+    # so a provider written for sync code works unchanged under asyncio; a provider
+    # with an async client overrides them with native I/O (same answers, same errors).
+
+    async def _aacquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+        """:meth:`_acquire` for asyncio code (default: in a worker thread)."""
+        return await in_thread(self._acquire, config)
+
+    async def _aunlock(self, held: SimpleLock) -> bool:
+        """:meth:`_unlock` for asyncio code (default: in a worker thread)."""
+        return await in_thread(self._unlock, held)
+
+    async def _aextend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+        """:meth:`_extend` for asyncio code (default: in a worker thread)."""
+        return await in_thread(self._extend, held, config)
+
+    async def _aforce_unlock(self, name: str, expected: int | str | None) -> bool:
+        """:meth:`_force_unlock` for asyncio code (default: in a worker thread)."""
+        return await in_thread(self._force_unlock, name, expected)
 
     def handle(
         self,

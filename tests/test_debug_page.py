@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import RequestFactory, override_settings
@@ -132,3 +134,117 @@ def test_the_filter_is_a_django_filter_that_stays_active_under_debug() -> None:
     assert flt.cleanse_setting("TSLOCK_URL", "db://default") == flt.cleansed_substitute
     assert flt.cleanse_setting("DATABASE_URL", "postgres://u:pw@h/db") == "postgres://***@h/db"
     assert parse_provider_url("db://default")["OPTIONS"] == {"using": "default"}
+
+
+# -- Redis passwords (issue 19) -------------------------------------------------------
+#
+# The password of a Redis provider is a configured secret wherever it is configured: in
+# OPTIONS["url"], or in the LOCATION or OPTIONS of the CACHES entry that OPTIONS["cache"]
+# names; as written (percent-encoded, here with a needless escape too) and as redis-py
+# sends it. A failing connection leaves it in redis-py's frames (``auth_args``), and a
+# server that echoes it puts it in the error.
+
+REDIS_WRITTEN = "p%40ss%2Fw0rd%3A%53ecret7"
+REDIS_DECODED = "p@ss/w0rd:Secret7"
+REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
+
+
+def redis_provider_failure(entry: dict[str, object], caches: dict[str, object] | None = None) -> str:
+    """The DEBUG page of the ``LockProviderError`` that acquiring on ``entry`` raises."""
+    from tslock_django import LockConfiguration, providers
+    from tslock_django.exceptions import LockProviderError
+
+    configured = {"CACHES": caches} if caches is not None else {}
+    with override_settings(
+        DEBUG=True, DEFAULT_EXCEPTION_REPORTER_FILTER=FILTER, TSLOCK_PROVIDERS={"jobs": entry}, **configured
+    ):
+        provider = providers["jobs"]
+        try:
+            provider.lock(LockConfiguration("nightly-report", "5m"))
+        except LockProviderError:
+            exc_info = sys.exc_info()
+        else:  # pragma: no cover - the assertion below says what went wrong
+            pytest.fail("the lock was taken on a server that cannot hold it")
+        finally:
+            provider.close()
+        return page_for(exc_info)  # type: ignore[arg-type]
+
+
+def assert_no_redis_password(page: str) -> None:
+    assert "LockProviderError" in page and "lock provider &#x27;jobs&#x27;" in page  # it rendered
+    # The frame of redis-py that sent the password is on the page, its locals shown.
+    assert "on_connect" in page and "auth_args" in page
+    for form in (REDIS_WRITTEN, REDIS_DECODED):
+        assert form not in page, form
+        assert form.replace("/", "\\/") not in page
+
+
+def redis_entry(**options: object) -> dict[str, object]:
+    return {"BACKEND": "tslock_django.providers.redis.RedisLockProvider", "OPTIONS": options}
+
+
+def test_debug_page_of_a_redis_server_refusing_the_password_shows_it_nowhere(tmp_path: Path) -> None:
+    from tests.redis.conftest import require_redis_server
+    from tests.redis.server import RedisServer
+
+    require_redis_server()
+    with RedisServer(tmp_path, password="the-server-wants-another-one") as server:
+        page = redis_provider_failure(redis_entry(url=f"redis://:{REDIS_WRITTEN}@127.0.0.1:{server.port}/0"))
+    assert "Redis refused the credentials" in page
+    assert_no_redis_password(page)
+
+
+@pytest.mark.parametrize(
+    ("entry", "caches"),
+    [
+        (redis_entry(url="URL"), None),
+        (redis_entry(cache="locks"), {"locks": {"BACKEND": REDIS_CACHE, "LOCATION": "URL"}}),
+        (
+            redis_entry(cache="locks"),
+            {"locks": {"BACKEND": REDIS_CACHE, "LOCATION": "BARE", "OPTIONS": {"password": REDIS_DECODED}}},
+        ),
+    ],
+    ids=["url", "cache-location", "cache-options"],
+)
+def test_debug_page_of_a_redis_server_echoing_the_password_shows_it_nowhere(
+    entry: dict[str, Any], caches: dict[str, Any] | None
+) -> None:
+    from tests.redis.fake import FakeRedis
+
+    with FakeRedis() as fake:
+        url, bare = fake.url(f":{REDIS_WRITTEN}"), fake.url()
+
+        def place(value: object) -> object:
+            return {"URL": url, "BARE": bare}.get(value, value) if isinstance(value, str) else value
+
+        entry = {**entry, "OPTIONS": {k: place(v) for k, v in entry["OPTIONS"].items()}}
+        if caches is not None:
+            caches = {"locks": {k: place(v) for k, v in caches["locks"].items()}}
+        page = redis_provider_failure(entry, caches)
+        assert fake.received(REDIS_DECODED.encode()), "the server got the password, and echoed it"
+    assert "Redis answered an error" in page
+    assert_no_redis_password(page)
+
+
+def raise_with_redis_password_in_locals() -> None:
+    written = f"the URL said {REDIS_WRITTEN}"  # noqa: F841  (shown on the page)
+    packed = b"*3\r\n$5\r\nHELLO\r\n$4\r\nAUTH\r\n$17\r\n" + REDIS_DECODED.encode()  # noqa: F841
+    held = {REDIS_DECODED}  # noqa: F841  (a set: shown through its repr)
+    raise RuntimeError("boom")
+
+
+@override_settings(
+    DEBUG=True,
+    DEFAULT_EXCEPTION_REPORTER_FILTER=FILTER,
+    TSLOCK_PROVIDERS={"jobs": redis_entry(url=f"redis://:{REDIS_WRITTEN}@127.0.0.1:6379/0")},
+)
+def test_debug_page_hides_a_redis_password_in_any_local_text_bytes_or_object() -> None:
+    try:
+        raise_with_redis_password_in_locals()
+    except RuntimeError:
+        exc_info = sys.exc_info()
+    page = page_for(exc_info)  # type: ignore[arg-type]
+    assert "raise_with_redis_password_in_locals" in page and "packed" in page and "held" in page
+    assert "the URL said ***" in page
+    for form in (REDIS_WRITTEN, REDIS_DECODED):
+        assert form not in page, form

@@ -15,9 +15,14 @@ On top of Django's rules it:
   (``TSLOCK_URL``, ``TSLOCK_*_URL``) wherever they show: settings, ``META``, frames;
 - masks the user and password of every URL it shows (``scheme://***@host``), so a
   ``redis://:password@host`` or a provider URL under any other name does not show either;
-- hides, in every string it shows, the secrets configured in ``TSLOCK_PROVIDERS`` (the
-  OPTIONS whose names Django hides, such as ``token`` and ``api_token``), whatever
-  variable holds them, in any escaped form (:func:`tslock_django.core.secrets.scrub`);
+- hides, in every value it shows (text, bytes, and the ``repr`` of any other object),
+  the secrets configured in ``TSLOCK_PROVIDERS``, whatever variable holds them, in any
+  escaped form (:func:`tslock_django.core.secrets.scrub`): the OPTIONS whose names
+  Django hides, such as ``token`` and ``api_token``; the password of every URL among
+  the OPTIONS (a Redis ``url``), as written and decoded (``p%40ss`` and ``p@ss``); and
+  the passwords of the ``CACHES`` entry a Redis provider's ``cache`` option names (its
+  ``LOCATION`` and ``OPTIONS``). So the password redis-py holds while it connects
+  (``auth_args``) does not show either;
 - applies ``@sensitive_variables`` also when ``DEBUG = True``: Django skips it then,
   but a DEBUG page is often seen by more people than the settings file.
 
@@ -36,7 +41,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.views.debug import SafeExceptionReporterFilter
 
-from .core.secrets import scrub
+from .core.secrets import cache_passwords, scrub, url_passwords
 
 #: ``scheme://user:password@`` -> ``scheme://***@``.
 _USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^/@\s'\"]+@", re.IGNORECASE)
@@ -57,15 +62,14 @@ class TslockExceptionReporterFilter(SafeExceptionReporterFilter):
     def cleanse_setting(self, key: Any, value: Any) -> Any:
         if isinstance(key, str) and self.provider_url_variables.search(key):
             return self.cleansed_substitute
-        cleansed = super().cleanse_setting(key, value)
-        return self._mask_text(cleansed) if isinstance(cleansed, str) else cleansed
+        # Django walks dicts, lists and tuples (calling this for each item); the rest
+        # is masked here.
+        return self._mask(super().cleanse_setting(key, value))
 
     def cleanse_special_types(self, request: HttpRequest | None, value: Any) -> Any:
         value = super().cleanse_special_types(request, value)
-        if isinstance(value, (str, Mapping, list, tuple)):
-            # A frame's dict of OPTIONS or a URL string: the same rules as settings.
-            return self.cleanse_setting("", dict(value) if isinstance(value, Mapping) else value)
-        return value
+        # A frame's variable, whatever its type: the same rules as settings.
+        return self.cleanse_setting("", dict(value) if isinstance(value, Mapping) else value)
 
     def get_traceback_frame_variables(self, request: HttpRequest | None, tb_frame: Any) -> Any:
         cleansed = dict(super().get_traceback_frame_variables(request, tb_frame))
@@ -74,25 +78,61 @@ class TslockExceptionReporterFilter(SafeExceptionReporterFilter):
                 cleansed[name] = self.cleansed_substitute
         return cleansed.items()
 
+    def _mask(self, value: Any) -> Any:
+        """``value`` (a leaf: Django walks the containers) without secrets: text
+        masked; another object replaced, only when its ``repr`` shows a secret, by one
+        that shows that ``repr`` masked (the page shows a value through its ``repr``)."""
+        if isinstance(value, str):
+            return self._mask_text(value)
+        if value is None or isinstance(value, (bool, int, float, dict, list, tuple)):
+            return value
+        try:
+            shown = repr(value)
+        except Exception:  # noqa: BLE001  (Django shows its own note for an unprintable value)
+            return value
+        masked = self._mask_text(shown)
+        return value if masked == shown else _Masked(masked)
+
     def _mask_text(self, text: str) -> str:
         return scrub(_USERINFO.sub(r"\g<scheme>***@", text), self._configured_secrets())
 
     def _configured_secrets(self) -> list[str]:
-        """The OPTIONS values of ``TSLOCK_PROVIDERS`` whose names Django hides."""
+        """The secrets ``TSLOCK_PROVIDERS`` configures: its OPTIONS values whose names
+        Django hides, the passwords of the URLs among its OPTIONS, and those of the
+        ``CACHES`` entries its ``cache`` options name."""
         found: list[str] = []
         configured = getattr(settings, "TSLOCK_PROVIDERS", None)
         if not isinstance(configured, Mapping):
             return found
+        caches = getattr(settings, "CACHES", None)
         for entry in configured.values():
             options = entry.get("OPTIONS") if isinstance(entry, Mapping) else None
             if not isinstance(options, Mapping):
                 continue
             for key, value in options.items():
-                if (
-                    isinstance(key, str)
-                    and isinstance(value, str)
-                    and value
-                    and self.hidden_settings.search(key)
-                ):
+                if not isinstance(value, str) or not value:
+                    continue
+                if isinstance(key, str) and self.hidden_settings.search(key):
                     found.append(value)
+                if "://" in value:
+                    found += url_passwords(value)
+            cache = options.get("cache")
+            if (
+                isinstance(cache, str)
+                and isinstance(caches, Mapping)
+                and isinstance(caches.get(cache), Mapping)
+            ):
+                found += cache_passwords(caches[cache])
         return found
+
+
+class _Masked:
+    """Shows a masked ``repr`` in the place of a value whose own showed a secret."""
+
+    __slots__ = ("_shown",)
+
+    def __init__(self, shown: str) -> None:
+        self._shown = shown
+
+    def __repr__(self) -> str:
+        return self._shown

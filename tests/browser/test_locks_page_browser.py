@@ -12,15 +12,17 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
 
-from tests.admin.tslock_test_providers import MEMORY, FencelessMemoryProvider, path_of
+from tests.admin.tslock_test_providers import MEMORY, FencelessMemoryProvider, StaticProvider, path_of
 from tslock_django import LockConfiguration
 from tslock_django.conf import DATABASE_BACKEND, providers
+from tslock_django.core.records import LockRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
@@ -46,7 +48,7 @@ def missing_browser() -> str:
 
 
 @pytest.fixture
-def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     reason = missing_browser()
     if reason:
         if os.environ.get("CI"):
@@ -58,12 +60,22 @@ def page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            context = browser.new_context(viewport={"width": 1600, "height": 800})
-            yield context.new_page()
+            yield launched
         finally:
-            browser.close()
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Any:
+    return browser.new_context(viewport={"width": 1600, "height": 800}).new_page()
+
+
+@pytest.fixture
+def laptop_page(browser: Any) -> Any:
+    """A common laptop screen: 1,366 by 768 pixels."""
+    return browser.new_context(viewport={"width": 1366, "height": 768}).new_page()
 
 
 def test_release_a_lock_in_the_browser(
@@ -179,3 +191,65 @@ def test_page_through_three_stores_in_the_browser(
     assert page.locator("#previous-page").count() == 0
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "locks-page-paging.png"), full_page=True)
+
+
+def test_the_table_fits_a_1366_pixel_window(
+    laptop_page: Any, live_server: Any, settings: Any, admin_user: Any
+) -> None:
+    """Long names, long holders and the largest fencing tokens still leave the table's
+    right edge inside the window, as Django's own change lists do (long cells wrap)."""
+    now = datetime.now(timezone.utc)
+    largest = 2**63 - 1
+
+    def record(name: str, fencing_token: int, locked_by: str) -> LockRecord:
+        return LockRecord(
+            name=name,
+            lock_until=now + timedelta(hours=2),
+            locked_at=now - timedelta(minutes=3),
+            locked_by=locked_by,
+            token="",
+            fencing_token=fencing_token,
+            token_fingerprint="9f86d081",
+        )
+
+    records = [
+        record(
+            "reports.monthly-invoices.customer-4242.region-eu-west-1.batch-0007.retry-3",
+            largest,
+            "worker-pod-7f9c8d6b5-abcde.jobs.svc.cluster.local:123456",
+        ),
+        record("x" * 160, largest - 1, "host-" + "y" * 100 + ":1"),
+        record("short", 12_345_678_901_234_567, "web-1:42"),
+    ]
+    settings.TSLOCK_PROVIDERS = {
+        "a-provider-alias-of-some-length": {
+            "BACKEND": path_of(StaticProvider),
+            "OPTIONS": {"records": records},
+        }
+    }
+    page = laptop_page
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/tslock_django/lock/")
+    page.fill("#id_username", admin_user.username)
+    page.fill("#id_password", "password")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+    assert page.locator("#result_list tbody tr").count() == 3
+    assert str(largest) in page.inner_text("#result_list")
+
+    viewport = page.viewport_size["width"]
+    table = page.locator("#result_list").bounding_box()
+    assert table is not None
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "locks-page-1366.png"), full_page=True)
+    assert table["x"] + table["width"] <= viewport, f"the table ends at {table['x'] + table['width']} px"
+    for header in page.locator("#result_list thead th").all():
+        box = header.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= viewport, header.inner_text()
+    # Nothing else on the page makes it scroll sideways either.
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport
+    # Times are shown short; the full time with its UTC offset is in the tooltip.
+    shown = page.locator('tr[data-name="short"] time').first
+    full = datetime.fromisoformat(shown.get_attribute("title"))
+    assert full.utcoffset() is not None
+    assert full == datetime.fromisoformat(shown.get_attribute("datetime")).replace(microsecond=0)
+    assert shown.inner_text().strip() == full.strftime("%Y-%m-%d %H:%M:%S")

@@ -238,3 +238,62 @@ def test_a_name_and_holder_written_with_escapes_take_the_full_check_and_still_wo
     assert again is not None and provider.force_unlock(name, expected=again.fencing_token)
     (row,) = provider.query(LockQuery(states=ALL_STATES)).records
     assert isinstance(row, LockRecord) and row.name == name
+
+
+#: Index entries whose name is not UTF-8 (issue 19), one sorting among the good names
+#: and one after every name (0xFF), each with a record that would otherwise be readable.
+NOT_UTF8 = (b"m-bad-\xc3(", b"\xff\xfe-bad")
+
+
+def write_index_entry(provider: RedisLockProvider, raw_name: bytes) -> None:
+    """A record and index entries under a name that is not UTF-8, as another writer of
+    the same keys could leave them."""
+    prefix = str(provider.options["key_prefix"])
+    client = provider.client()
+    client.hset(prefix + "records", raw_name, record_json("x").encode())
+    client.zadd(prefix + "by-name", {raw_name: 0})
+    client.zadd(prefix + "by-lock-until", {raw_name: NOW_US + 3_600_000_000})
+    client.zadd(prefix + "by-locked-at", {raw_name: NOW_US})
+
+
+@pytest.mark.parametrize("order", ["name", "lock_until", "locked_at"])
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("limit", [1, 2])
+def test_an_index_name_that_is_not_utf8_is_one_unreadable_row_and_hides_nothing(
+    make_provider: MakeProvider, order: str, descending: bool, limit: int
+) -> None:
+    provider = make_provider()
+    good = ["a-good", "m-good", "z-good"]
+    for name in good:
+        assert provider.lock(LockConfiguration(name, "2h")) is not None
+    for raw_name in NOT_UTF8:
+        write_index_entry(provider, raw_name)
+    query = LockQuery(order=order, descending=descending, limit=limit)
+    pages = list(provider.pages(query))
+    rows = [record for page in pages for record in page.records]
+    readable = [row.name for row in rows if isinstance(row, LockRecord)]
+    unreadable = [row for row in rows if isinstance(row, UnreadableRecord)]
+    assert sorted(readable) == good, "every readable lock is listed, once"
+    assert len(unreadable) == len(NOT_UTF8), "one row per bad index entry"
+    for row in unreadable:
+        assert row.name == "" and "not UTF-8" in row.reason and "HDEL" in row.reason, row
+    # The cursors past a bad entry lead back too: the previous pages, from the last one,
+    # are the same pages in reverse.
+    back: list[list[str]] = []
+    cursor = pages[-1].previous_cursor
+    while cursor is not None:
+        page = provider.query(LockQuery(order=order, descending=descending, limit=limit, cursor=cursor))
+        back.append([row.name for row in page.records])
+        cursor = page.previous_cursor
+    assert back[::-1] == [[row.name for row in page.records] for page in pages[:-1]]
+
+
+def test_list_locks_shows_the_locks_beside_an_index_name_that_is_not_utf8(
+    make_provider: MakeProvider,
+) -> None:
+    provider = make_provider()
+    assert provider.lock(LockConfiguration("nightly", "1h")) is not None
+    write_index_entry(provider, NOT_UTF8[1])
+    listed = provider.list_locks()
+    assert [row.name for row in listed if isinstance(row, LockRecord)] == ["nightly"]
+    assert [type(row) for row in listed].count(UnreadableRecord) == 1

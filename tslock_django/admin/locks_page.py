@@ -3,7 +3,10 @@
 A thin view over :class:`~tslock_django.listing.MergedListing`: it turns the query
 string into a :class:`~tslock_django.core.query.LockQuery` (search, provider and state
 filters, order), asks for the page the ``cursor`` parameter points to and renders it.
-Nothing here reads more than a page per provider.
+Nothing here reads more than a page per provider, and every read is marked as made
+for an admin page view (:func:`~tslock_django.core.budget.admin_view_listing`): a store
+behind a rate-limited API (Workers KV) then draws on its allowance for admin views, and
+the page says when that allowance is spent.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.template.response import TemplateResponse
-from django.utils import timezone
+from django.utils import dateformat, timezone
 from django.utils.http import urlencode
 
 from ..conf import providers
+from ..core.budget import BudgetSpent, admin_view_listing
 from ..core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
 from ..exceptions import InvalidCursor, InvalidLockProvider
 from ..listing import MergedListing, MergedPage
@@ -126,11 +130,14 @@ def render(admin: LockAdmin, request: HttpRequest, extra_context: Mapping[str, A
     # The merged listing keeps pages under the stores' limit whatever list_per_page says.
     listing = MergedListing(listed, filters.query(min(admin.list_per_page, MAX_LIMIT - 1)))
     try:
-        page = listing.page(filters.cursor or None)
+        with admin_view_listing() as view:
+            page = listing.page(filters.cursor or None)
     except InvalidCursor as err:
         return _bad_cursor(admin, request, filters, str(err))
     for error in page.errors:
         messages.error(request, error)
+    for spent in view.spent_budgets.values():
+        messages.warning(request, _spent_message(spent))
 
     now = timezone.now()
     guarantees = {}
@@ -171,6 +178,11 @@ def render(admin: LockAdmin, request: HttpRequest, extra_context: Mapping[str, A
     )
     request.current_app = admin.admin_site.name
     return TemplateResponse(request, admin.changelist_template, context)
+
+
+def _spent_message(spent: BudgetSpent) -> str:
+    until = dateformat.format(timezone.localtime(spent.until), "H:i T")
+    return f"Lock provider {spent.alias!r}: {spent.budget} is spent until {until}; showing what was read."
 
 
 def _headers(filters: Filters) -> list[dict[str, Any]]:

@@ -42,6 +42,14 @@ def release(admin: LockAdmin, request: HttpRequest) -> HttpResponse:
         except ValueError:
             messages.error(request, "A selected lock could not be read; select it again.")
             return HttpResponseRedirect(admin.url("changelist"))
+        problem = selection.problem()
+        if problem:
+            # Refused before any confirmation or store call; nothing else is released either.
+            messages.error(
+                request,
+                f"Lock {selection.name!r} on provider {selection.alias!r} was not released: {problem}.",
+            )
+            return HttpResponseRedirect(admin.url("changelist"))
         if selection not in selections:
             selections.append(selection)
     if not selections:

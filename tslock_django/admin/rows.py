@@ -9,6 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..core.provider import check_fencing_token
 from ..core.records import ListedRecord, UnreadableRecord
 from ..core.times import format_time
 
@@ -63,6 +64,17 @@ class Selection:
         """The LogEntry object id: ``alias:name``."""
         return f"{self.alias}:{self.name}"
 
+    def problem(self) -> str:
+        """Why no store could release this selection, or ``""``: a fencing token out of
+        the range stores keep (only an edited form posts one; the library would refuse it
+        with the same words)."""
+        if self.condition == "fencing" and isinstance(self.value, int):
+            try:
+                check_fencing_token(self.name, self.value)
+            except ValueError as err:
+                return str(err)
+        return ""
+
     def describe_condition(self) -> str:
         if self.condition == "fencing":
             return f"fencing token {self.value}"
@@ -86,11 +98,20 @@ class LockRow:
 
     @property
     def locked_at_shown(self) -> str:
-        return format_time(self.locked_at) if self.locked_at else "-"
+        return format_short_time(self.locked_at) if self.locked_at else "-"
 
     @property
     def lock_until_shown(self) -> str:
-        return format_time(self.lock_until) if self.lock_until else "-"
+        return format_short_time(self.lock_until) if self.lock_until else "-"
+
+    @property
+    def locked_at_full(self) -> str:
+        """With the UTC offset, for the cell's tooltip."""
+        return format_time(self.locked_at) if self.locked_at else ""
+
+    @property
+    def lock_until_full(self) -> str:
+        return format_time(self.lock_until) if self.lock_until else ""
 
     @property
     def state_label(self) -> str:
@@ -122,6 +143,12 @@ UNREADABLE_RELEASE_REFUSED = (
     "that tslock cannot read (the reason is in the Held by column). Delete that value in the store, "
     "or give this project another key_prefix."
 )
+
+
+def format_short_time(value: datetime) -> str:
+    """``"2026-11-30 18:02:11"`` in the current time zone (the page header names it):
+    narrower than the ISO form with its offset, and it may wrap at the space."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _aware(value: Any) -> datetime | None:

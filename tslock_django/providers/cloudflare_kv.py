@@ -26,7 +26,10 @@ Listing (:meth:`KVLockProvider.query`) follows KV's key listing, which is by nam
 KV answers the prefix and the name order; search and states are applied to the keys read,
 within ``list_request_budget`` REST requests per page, and a page that ran out of budget
 says how far it got and continues on the next page. List answers are cached for
-``list_cache_seconds`` so that repeated views cost nothing.
+``list_cache_seconds`` so that repeated views cost nothing. Listings read for admin page
+views also draw on one allowance per provider and process (``admin_request_budget`` per
+``admin_budget_seconds``), so that browsing never takes the jobs' share of the token's
+limit; lock calls never draw on it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import httpx
 from django.views.decorators.debug import sensitive_variables
 
 from ..core import decode
+from ..core.budget import AdminViewListing, RequestAllowance, current_admin_view
 from ..core.clock import ClockProvider
 from ..core.configuration import LockConfiguration
 from ..core.decode import Unreadable
@@ -190,6 +194,15 @@ class KVLockProvider(LockProvider):
             extend never use it, and this provider's own writes clear it, so a process
             sees its own changes at once; another process's changes can show up to this
             late.
+        admin_request_budget, admin_budget_seconds: the most REST requests that listings
+            read for admin page views may spend in any ``admin_budget_seconds`` (default
+            120 per 300, a tenth of the token's limit; 1 to 1,200 per 1 to 3,600 s). One
+            allowance per provider and process, shared by every admin user and thread:
+            what protects the jobs is the total the admin spends, whoever browses. When it
+            is spent, a view shows what the cache still holds and what it read before,
+            the admin says until when, and the next page goes on from there. Lock,
+            unlock, extend, force release and listings for anything else (``tslock
+            list``, scripts) never draw on it.
 
     Listing: Workers KV lists keys in name order with their metadata, 1,000 per request,
     and has no other index. So :meth:`query` answers ``order="name"`` ascending only
@@ -258,6 +271,10 @@ class KVLockProvider(LockProvider):
             transport=transport,
         )
         self._listing_cache = ListingCache(self.clock, float(opts["list_cache_seconds"]))
+        #: Shared by every thread of this process (the handler keeps one instance per alias).
+        self._admin_allowance = RequestAllowance(
+            opts["admin_request_budget"], float(opts["admin_budget_seconds"]), self.clock
+        )
 
     def _validate_options(self) -> None:
         # The checks live in providers.options, where the system checks run them too.
@@ -457,8 +474,30 @@ class _Scan:
         self.positions: list[list[str | None]] = []
         self.notes: list[str] = []
         self.undecided = 0
+        #: The admin page view this page is read for, if any: its requests then also
+        #: draw on the provider's allowance for admin views.
+        self.admin_view: AdminViewListing | None = current_admin_view()
+        #: The allowance for admin views refused a request of this page.
+        self.refused = False
 
     # -- requests, within the budget and through the cache -------------------------------
+
+    def may_send(self) -> bool:
+        """Whether one more REST request may go out for this page (the cache missed)."""
+        if self.admin_view is None:
+            return True
+        allowance = self.provider._admin_allowance
+        until = allowance.take_or_renewal()
+        if until is None:
+            return True
+        self.refused = True
+        self.admin_view.spent(
+            self.provider.alias,
+            f"the Workers KV listing budget for admin views ({allowance.describe()}, "
+            "OPTIONS admin_request_budget)",
+            until,
+        )
+        return False
 
     def list_page(self, prefix: str, cursor: str) -> KVPage | None:
         """The KV page at ``cursor``, or ``None`` when the budget is spent."""
@@ -471,6 +510,8 @@ class _Scan:
         cached = self.cache.get(key)
         if cached is not MISS:
             return cast(KVPage, cached)
+        if not self.may_send():
+            return None
         generation = self.cache.generation
         page = self.provider._list_page(prefix, cursor)
         self.cache.put(key, page, generation=generation, weight=len(page.keys))
@@ -486,6 +527,8 @@ class _Scan:
         cached = self.cache.get(cache_key)
         if cached is not MISS:
             return True, cast("bytes | None", cached)
+        if not self.may_send():
+            return False, None
         generation = self.cache.generation
         content = self.provider.namespace.get_bytes(key)
         # Weighed by the kilobyte: a huge value under the prefix is not kept.
@@ -528,7 +571,9 @@ class _Scan:
                 if stored is None:
                     read, content = self.value(entry.name)
                     if not read:
-                        self.note_unread(page.keys[index:], prefix, skip, needle)
+                        if not self.refused:
+                            # (A refusal of the admin allowance is said by the admin.)
+                            self.note_unread(page.keys[index:], prefix, skip, needle)
                         return self.stopped(done)
                     decoded = self.decode(entry.name, content)
                     if isinstance(decoded, str):
@@ -588,6 +633,12 @@ class _Scan:
 
     def stopped(self, done: tuple[str, str | None]) -> StorePage:
         """The budget ran out: what was found, and the place to go on from."""
+        if self.refused:
+            # The allowance for admin views: the admin says so, with when it renews.
+            if done == self.start and not self.records:
+                # Nothing read: no link to a next page that would be this one again.
+                return self.answer(False, done)
+            return self.full(done)
         if len(self.records) < self.query.limit:
             self.notes.append(
                 f"examined {self.examined} keys with the {self.budget} REST requests a page may spend "

@@ -348,7 +348,34 @@ def _kv(alias: str, options: dict[str, Any]) -> None:
             "list_cache_seconds",
             f"must be a number of seconds from 0 (no cache) to 300, got {seconds!r}",
         )
+    requests = options["admin_request_budget"]
+    if isinstance(requests, bool) or not isinstance(requests, int) or not 1 <= requests <= 1200:
+        raise option_error(
+            alias,
+            "admin_request_budget",
+            f"must be a whole number of REST requests from 1 to 1200 that listings for admin page "
+            f"views may spend per admin_budget_seconds, got {requests!r}",
+        )
+    window = options["admin_budget_seconds"]
+    if (
+        isinstance(window, bool)
+        or not isinstance(window, (int, float))
+        or not math.isfinite(window)
+        or not 1 <= window <= 3600
+    ):
+        raise option_error(
+            alias,
+            "admin_budget_seconds",
+            f"must be a number of seconds from 1 to 3600 (the window of admin_request_budget), "
+            f"got {window!r}",
+        )
 
+
+#: Listings for admin page views may spend this many REST requests per
+#: ``KV_ADMIN_BUDGET_SECONDS`` in one process: a tenth of the API token's 1,200 requests
+#: per 5 minutes, so browsing the admin leaves the jobs' lock calls the rest.
+KV_ADMIN_REQUEST_BUDGET = 120
+KV_ADMIN_BUDGET_SECONDS = 300.0
 
 KV = StoreOptions(
     KV_BACKEND,
@@ -363,6 +390,8 @@ KV = StoreOptions(
         "timeout": 10.0,
         "list_request_budget": 10,
         "list_cache_seconds": 5.0,
+        "admin_request_budget": KV_ADMIN_REQUEST_BUDGET,
+        "admin_budget_seconds": KV_ADMIN_BUDGET_SECONDS,
     },
     _kv,
     library=("httpx", "cloudflare"),

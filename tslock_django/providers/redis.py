@@ -24,10 +24,9 @@ import secrets
 import select
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 try:
     import redis
@@ -43,7 +42,7 @@ from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
-from ..core.secrets import scrub
+from ..core.secrets import cache_passwords, cut, scrub, url_passwords
 from ..exceptions import LockProviderError
 from .epoch import EPOCH, MAX_EPOCH_US
 from .options import DJANGO_REDIS_CACHE as DJANGO_REDIS_CACHE
@@ -74,7 +73,8 @@ class RedisLockProvider(LockProvider):
             django-redis: its redis-py client and connection pool are shared (the
             cache's ``KEY_PREFIX`` does not apply; ``key_prefix`` does). The cache's
             connection settings (``socket_timeout``...) apply; its retries do not: this
-            provider never sends a command twice.
+            provider never sends a command twice. The password in the cache's
+            ``LOCATION`` or ``OPTIONS`` is kept out of messages as the URL's is.
         key_prefix: prepended to the few keys this provider writes (see
             ``redis_scripts``), so several projects can share one database. Default
             ``"tslock:"``.
@@ -100,7 +100,9 @@ class RedisLockProvider(LockProvider):
     @sensitive_variables("kwargs", "url")
     def __init__(self, alias: str = "default", **kwargs: Any) -> None:
         super().__init__(alias, **kwargs)
-        self._password = ""
+        #: The passwords this provider connects with, as configured and as sent: kept
+        #: out of every message (see ``_scrub``).
+        self._passwords: list[str] = []
         self._validate_options()
         prefix = str(self.options["key_prefix"])
         self._records, self._fencing = prefix + "records", prefix + "fencing"
@@ -133,8 +135,13 @@ class RedisLockProvider(LockProvider):
     def _validate_options(self) -> None:
         # The checks live in providers.options, where the system checks run them too.
         self.options = REDIS.check(self.alias, self.options)
-        url = self.options["url"]
-        self._password = (urlsplit(url).password or "") if url is not None else ""
+        url, cache = self.options["url"], self.options["cache"]
+        if url is not None:
+            self._passwords = url_passwords(str(url))
+        else:
+            from django.conf import settings
+
+            self._passwords = cache_passwords(settings.CACHES[str(cache)])
 
     def _url_pool(self, url: str) -> redis.ConnectionPool:
         timeout = self.options["timeout"] or self.default_timeout
@@ -154,14 +161,15 @@ class RedisLockProvider(LockProvider):
                 "url", f"could not be read by redis-py: {self._scrub(str(err))}"
             ) from None
 
-    def _scrub(self, text: str) -> str:
-        """``text`` without the password, in any form an echo can give it (see
+    def _scrub(self, text: str, tokens: Sequence[str] = ()) -> str:
+        """``text`` without the password nor ``tokens`` (the lock tokens a command
+        sent), in any form an echo can give them (see
         :func:`tslock_django.core.secrets.scrub`)."""
-        return scrub(text, [self._password] if self._password else [])
+        return scrub(text, [*self._passwords, *tokens])
 
     def __repr__(self) -> str:
         shown = dict(self.options)
-        if self._password:
+        if self._passwords and shown["url"] is not None:
             shown["url"] = self._scrub(str(shown["url"]))
         return f"<{type(self).__name__} {self.alias!r} {dict(sorted(shown.items()))}>"
 
@@ -194,6 +202,10 @@ class RedisLockProvider(LockProvider):
                 f"{type(client).__name__}); use OPTIONS['url'] instead",
                 alias=self.alias,
             )
+        # The password the cache's pool sends, however its settings spelled it.
+        sent = client.connection_pool.connection_kwargs.get("password")
+        if isinstance(sent, str) and sent and sent not in self._passwords:
+            self._passwords = [*self._passwords, sent]
         return client
 
     def close(self) -> None:
@@ -211,16 +223,42 @@ class RedisLockProvider(LockProvider):
         """In a forked child: the kept connections' sockets are the parent's."""
         self._kept = []
 
-    def _failure(self, what: str, err: redis.RedisError) -> LockProviderError:
-        """The ``LockProviderError`` for a redis-py failure: what happened and what to
-        check, without the password."""
-        detail = decode.visible(self._scrub(str(err))) or type(err).__name__
+    def _failure(self, what: str, err: Exception, tokens: Sequence[str]) -> LockProviderError:
+        """The ``LockProviderError`` for a failure of redis-py or of what it read: what
+        happened and what to check, without the password or the lock ``tokens`` sent
+        (a server, or a proxy in front of it, may echo them).
+
+        ``err`` becomes the error's cause, and a cause's text is shown too (by Django's
+        error page, by ``logging`` with the traceback): it is scrubbed in place."""
+        self._scrub_chain(err, tokens)
+        detail = decode.visible(self._scrub(str(err), tokens)) or type(err).__name__
+        if not isinstance(err, redis.RedisError):
+            # Not an error redis-py reports but one it (or this provider) ran into, mostly
+            # while reading an answer: an AttributeError for a HELLO answered "+OK".
+            return LockProviderError(
+                f"{what}: talking to Redis failed unexpectedly ({type(err).__name__}: {cut(detail, 200)}); "
+                "when an answer could not be read: is the URL that of a Redis server (7 or later), with "
+                "nothing in between that changes its answers?",
+                alias=self.alias,
+            )
         return LockProviderError(f"{what}: {self._explain(err, detail)}", alias=self.alias)
+
+    def _scrub_chain(self, err: BaseException, tokens: Sequence[str]) -> None:
+        """Mask the password and ``tokens`` in the texts of ``err`` and of the errors it
+        was raised from (their ``args``, from which their messages are made)."""
+        seen: set[int] = set()
+        current: BaseException | None = err
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            current.args = tuple(
+                self._scrub(arg, tokens) if isinstance(arg, str) else arg for arg in current.args
+            )
+            current = current.__cause__ or current.__context__
 
     def _explain(self, err: redis.RedisError, detail: str) -> str:
         refused = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password")
         if isinstance(err, redis.AuthenticationError) or any(code in detail for code in refused):
-            if self.options["url"] is not None and not self._password:
+            if self.options["url"] is not None and not self._passwords:
                 return f"Redis refused the credentials ({detail}); it needs a password and the URL has none"
             return f"Redis refused the credentials ({detail}); check the user and password in the URL"
         if isinstance(err, redis.TimeoutError):
@@ -282,13 +320,30 @@ class RedisLockProvider(LockProvider):
         self._kept.append(kept)
         return reply
 
-    def _run(self, call: Call, what: str, name: str, args: Sequence[object]) -> Any:
-        """Run one script; ``what`` and ``name`` describe the operation for a message
-        (formatted only when there is a failure to report)."""
+    def _run(
+        self,
+        call: Call,
+        what: str,
+        name: str,
+        args: Sequence[object],
+        tokens: Sequence[str] = (),
+        read: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """Run one script and return its answer, read by ``read`` if given.
+
+        This is the provider's one edge with the network: whatever fails here, in
+        redis-py or in ``read`` (a server that answers something else than Redis
+        would), is a ``LockProviderError`` naming the alias, its cause chained.
+        ``what`` and ``name`` describe the operation for a message (formatted only when
+        there is a failure to report); ``tokens`` are the lock tokens among ``args``,
+        kept out of the message as the password is."""
         try:
-            return call.run(self._roundtrip, args)
-        except redis.RedisError as err:
-            raise self._failure(f"{what} {name!r}" if name else what, err) from err
+            reply = call.run(self._roundtrip, args)
+            return reply if read is None else read(reply)
+        except LockProviderError:
+            raise
+        except Exception as err:  # see the docstring: nothing raw gets past
+            raise self._failure(f"{what} {name!r}" if name else what, err, tokens) from err
 
     # -- records -------------------------------------------------------------------
 
@@ -411,6 +466,8 @@ class RedisLockProvider(LockProvider):
             "acquire",
             name,
             [name, at_most, at_least, token, _json_text(name), self._locked_by_json()],
+            tokens=[token],
+            read=_acquire_answer,
         )
         if isinstance(reply, list):  # {1, record}: ours already; {0, record}: the holder's
             acquired, raw = reply
@@ -436,7 +493,8 @@ class RedisLockProvider(LockProvider):
             )
         except (ValueError, OverflowError):
             raise self._malformed(
-                f"acquire {name!r}", f"an answer that is not 'locked_at|fencing': {reply!r:.80}"
+                f"acquire {name!r}",
+                f"an answer that is not 'locked_at|fencing': {self._scrub(f'{reply!r:.80}', [token])}",
             ) from None
         return self.handle(
             record, config, lock_at_least_until=EPOCH + timedelta(microseconds=locked_at + at_least)
@@ -444,7 +502,7 @@ class RedisLockProvider(LockProvider):
 
     def _unlock(self, held: SimpleLock) -> bool:
         args = [held.name, held.token, _json_text(held.name)]
-        return bool(self._run(self._unlock_call, "unlock", held.name, args))
+        return bool(self._run(self._unlock_call, "unlock", held.name, args, [held.token], _flag))
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         raw = self._run(
@@ -458,6 +516,8 @@ class RedisLockProvider(LockProvider):
                 _us(config.lock_at_least_for),
                 _json_text(held.name),
             ],
+            tokens=[held.token],
+            read=_record_or_none,
         )
         if raw is None:
             return None
@@ -472,7 +532,12 @@ class RedisLockProvider(LockProvider):
         else:
             kind, value = "token", expected
         released = self._run(
-            self._force_release_call, "force-release", name, [name, kind, value, _json_text(name)]
+            self._force_release_call,
+            "force-release",
+            name,
+            [name, kind, value, _json_text(name)],
+            tokens=[value] if kind == "token" else [],
+            read=_flag,
         )
         return bool(released)
 
@@ -485,7 +550,7 @@ class RedisLockProvider(LockProvider):
             key, name = query.keyset(after)
             if query.order == "name":
                 # Strictly after the cursor's name, in the walk's direction.
-                bound = b"(" + str(key).encode()
+                bound = b"(" + _wire(str(key))
                 if query.descending:
                     upper = bound
                 else:
@@ -511,11 +576,10 @@ class RedisLockProvider(LockProvider):
                 max(QUERY_BUDGET, 2 * (query.limit + 1)),
                 decode.MAX_RECORD_BYTES,
             ],
+            read=_listing_answer,
         )
         status, resume_key, resume_name, total = reply[:4]
         entries = reply[4:]
-        if len(entries) % 3:
-            raise self._malformed(what, "the listing script answered an incomplete entry")
         records: list[ListedRecord] = []
         # Each record's place is its index entry (name, and score in a time order),
         # which the walk goes on from whether or not the record can be read.
@@ -541,11 +605,13 @@ class RedisLockProvider(LockProvider):
 
     def _position(self, query: LockQuery, raw_name: object, key: object, what: str) -> list[int | str]:
         """The keyset position of an index entry: ``[name, name]`` by name, else
-        ``[score in microseconds, name]``."""
+        ``[score in microseconds, name]``. A name that is not UTF-8 (its record is an
+        unreadable row) has its place too, so the walk goes on past it: its bytes,
+        carried in the cursor as surrogate escapes (see :func:`_index_name`)."""
+        name = _index_name(raw_name)
+        if query.order == "name":
+            return [name, name]
         try:
-            name = _text(raw_name)
-            if query.order == "name":
-                return [name, name]
             score = float(_text(key))
         except (UnicodeError, ValueError):
             score = math.nan
@@ -553,8 +619,8 @@ class RedisLockProvider(LockProvider):
             # The index was written by something else: a place the walk cannot go on from.
             raise self._malformed(
                 what,
-                f"an entry of the {query.order} index is not a UTF-8 name with a time in range; delete it "
-                "or use another key_prefix",
+                f"an entry of the {query.order} index has no time in range; delete it or use another "
+                "key_prefix",
             )
         return [math.floor(score), name]
 
@@ -564,7 +630,7 @@ class RedisLockProvider(LockProvider):
         contains the byte 0xFF, so every such name sorts below ``prefix + 0xFF``."""
         if not prefix:
             return b"-", b"+"
-        encoded = prefix.encode()
+        encoded = _wire(prefix)
         return b"[" + encoded, b"(" + encoded + b"\xff"
 
     def purge(self, expired_for: timedelta, *, dry_run: bool = False, batch_size: int = 500) -> int:
@@ -588,10 +654,11 @@ class RedisLockProvider(LockProvider):
         batch = min(batch_size, MAX_PURGE_BATCH)
         args = [_us(expired_for), batch]
         if dry_run:
-            return int(self._run(self._purge_call, "purge (dry run)", "", [*args, "1"]))
+            counted: int = self._run(self._purge_call, "purge (dry run)", "", [*args, "1"], read=_count)
+            return counted
         deleted = 0
         while True:
-            count = int(self._run(self._purge_call, "purge", "", [*args, "0"]))
+            count: int = self._run(self._purge_call, "purge", "", [*args, "0"], read=_count)
             deleted += count
             if count < batch:
                 return deleted
@@ -613,6 +680,72 @@ _HEAD = re.compile(
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _index_name(raw: object) -> str:
+    """A name as an index holds it, as text that :func:`_wire` turns back into the same
+    bytes: bytes that are not UTF-8 become surrogate escapes (only in a cursor position,
+    never in a record's name)."""
+    return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else str(raw)
+
+
+def _wire(text: str) -> bytes:
+    """``text`` as Redis gets it: UTF-8, with :func:`_index_name`'s escapes made bytes again."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+# How the provider reads the scripts' answers (see ``RedisLockProvider._run``): an
+# answer of another shape raises, and ``_run`` reports it as the server's failure.
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _flag(reply: object) -> bool:
+    """A script's 1 (done) or 0 (not done)."""
+    if _is_int(reply) and reply in (0, 1):
+        return reply == 1
+    raise TypeError(f"expected 0 or 1, got {_kind(reply)}")
+
+
+def _count(reply: object) -> int:
+    if isinstance(reply, int) and not isinstance(reply, bool) and reply >= 0:
+        return reply
+    raise TypeError(f"expected a count, got {_kind(reply)}")
+
+
+def _kind(reply: object) -> str:
+    # Never the value: an echo may hold what was sent.
+    return f"a {type(reply).__name__}"
+
+
+def _record_or_none(reply: object) -> object:
+    """The extend script's record (a string) or nil."""
+    if reply is not None and not isinstance(reply, (bytes, str)):
+        raise TypeError(f"expected a record or nil, got {_kind(reply)}")
+    return reply
+
+
+def _acquire_answer(reply: object) -> object:
+    """``{0 or 1, record}`` or the string ``'locked_at|fencing'`` (read further by the
+    caller, which reports what it cannot read as a malformed record)."""
+    if isinstance(reply, list):
+        if len(reply) != 2 or not _is_int(reply[0]) or reply[0] not in (0, 1):
+            raise TypeError(f"expected {{0 or 1, record}}, got a list of {len(reply)}")
+    elif not isinstance(reply, (bytes, str)):
+        raise TypeError(f"expected a list or a string, got {_kind(reply)}")
+    return reply
+
+
+def _listing_answer(reply: object) -> list[Any]:
+    """``{status, resume key, resume name, total, (name, key, record)...}``."""
+    if not isinstance(reply, list) or len(reply) < 4 or (len(reply) - 4) % 3:
+        raise TypeError("expected the listing script's list of a status and whole entries")
+    status, total = reply[0], reply[3]
+    if not (_is_int(status) and status in (0, 1, 2) and _is_int(total)):
+        raise TypeError("expected a status of 0, 1 or 2 and a total")
+    return reply
 
 
 class _Kept:

@@ -8,13 +8,15 @@ Two things the async path needs and asyncio does not give directly:
   would stay held until ``lock_at_most_for`` with nobody holding it.
 - :func:`in_thread`: run a blocking call in a worker thread, for providers without
   native async I/O.
+- :func:`on_loop_shutdown`: close a provider's async clients on their loop when it
+  shuts down, whether or not ``aclose()`` was called.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -48,3 +50,25 @@ async def in_thread(func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) 
     """``func(*args, **kwargs)`` in a worker thread of the loop's default executor,
     with this task's context variables (like :func:`asyncio.to_thread`)."""
     return await asyncio.to_thread(functools.partial(func, *args, **kwargs))
+
+
+async def on_loop_shutdown(callback: Callable[[], Awaitable[None]]) -> AsyncGenerator[None, None]:
+    """Have ``await callback()`` run when the running loop shuts down, on that loop.
+
+    ``asyncio.run`` (and other runners) close every suspended async generator before
+    closing the loop; the generator returned here is one, whose ``finally`` awaits
+    ``callback``. Keep a reference to it for as long as the callback should stay armed;
+    a client opened on a loop is thus closed on it even if nobody calls ``aclose()``
+    (no "unclosed" ResourceWarning at exit). Close the generator (``await
+    gen.aclose()``) to disarm it after closing by other means.
+    """
+
+    async def watch() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            await callback()
+
+    watcher = watch()
+    await watcher.__anext__()  # registers it with the loop's async generator hooks
+    return watcher

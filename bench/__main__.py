@@ -18,7 +18,7 @@ from bench.stats import target
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("db", "contention", "do", "kv", "redis", "admin", "scale", "startup")
+SECTIONS = ("db", "contention", "do", "kv", "redis", "admin", "scale", "startup", "journal")
 SERVERS = {"sqlite": None, "postgres": ("127.0.0.1", 5432), "mariadb": ("127.0.0.1", 3306)}
 #: Rows in tslock_lock for the scale section, per server (filled in this order).
 SCALE_SIZES = {"postgres": "1000,100000,1000000", "sqlite": "1000,100000"}
@@ -152,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
             "httpx_imported": startup.httpx_imported(),
             "redis_imported": startup.redis_imported(),
         }
+    if "journal" in sections:
+        print(
+            "run journal: start-up with and without, reads at 1k and 1M runs ...", file=sys.stderr, flush=True
+        )
+        report["journal"] = {"startup": child("bench.journalbench", "startup", "3" if args.quick else "15")}
+        if reachable(SERVERS["postgres"]) and not args.quick:
+            report["journal"]["scale"] = child("bench.journalbench", "scale", "7", BENCH_DB="postgres")
     report["targets"] = targets(report)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -194,6 +201,7 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
 
     found.update(dobench.targets(do))
     found.update(scale_targets(report.get("scale", {}).get("postgres")))
+    found.update(journal_targets(report.get("journal")))
     from bench import redisbench
 
     found.update(redisbench.targets(report.get("redis")))
@@ -211,6 +219,24 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     if "redis_imported" in report.get("startup", {}):
         imported = report["startup"]["redis_imported"]
         found["redis-py not imported without a Redis provider"] = {"value": imported, "met": not imported}
+    return found
+
+
+def journal_targets(journal: dict[str, Any] | None) -> dict[str, Any]:
+    """Issue 20's targets: the journal's start-up cost and its reads at 1M runs."""
+    found: dict[str, Any] = {}
+    for server, cell in ((journal or {}).get("startup") or {}).items():
+        found[f"journal: locked command with the journal <= 1.05x without ({server})"] = target(
+            cell["on_over_off"], 1.05, "<="
+        )
+    scale = (journal or {}).get("scale") or {}
+    for label, ratio in scale.get("large_over_small", {}).items():
+        found[f"journal: {label} at 1M runs <= 3x at 1k"] = target(ratio, 3, "<=")
+    for label, cell in scale.get("sizes", {}).get("1000000", {}).items():
+        if "peak_mib" in cell:
+            found[f"journal: {label} peak Python memory at 1M runs <= 20 MiB"] = target(
+                cell["peak_mib"], 20, "<="
+            )
     return found
 
 

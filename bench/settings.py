@@ -12,6 +12,7 @@ Environment:
     BENCH_PROVIDER     db (default) | memory: the "default" lock provider
     BENCH_EDGE_URL     add a Durable Object provider "edge" (httpx import check)
     BENCH_DB_NAME      use this existing database as it is (a child of the scale benchmark)
+    BENCH_JOURNAL      on (default, as in a project) | off: the run journal
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ TSLOCK_PROVIDERS = {
 }
 if os.environ.get("BENCH_EDGE_URL"):
     TSLOCK_PROVIDERS["edge"] = parse_provider_url(os.environ["BENCH_EDGE_URL"])
+
+TSLOCK_JOURNAL = None if os.environ.get("BENCH_JOURNAL") == "off" else {"using": "default"}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -1,4 +1,5 @@
-"""`make demo`: two overlapping runs of one locked command; one runs, one skips.
+"""`make demo`: two overlapping runs of one locked command; one runs, one skips; the run
+journal shows both.
 
 PROVIDER=edge runs the same demo against the companion Durable Object Worker on the
 local Workers runtime (Miniflare), so no Cloudflare account is needed.
@@ -61,6 +62,19 @@ def overlapping_runs(env: dict[str, str]) -> None:
         sys.exit("demo: expected one run and one skip; see the output above")
 
 
+def journal(env: dict[str, str]) -> None:
+    """What the run journal recorded: the run and the skip, newest first, and whether the
+    scheduled job is on time."""
+    print("--- the run journal (python manage.py tslock runs demo_report --limit 4)")
+    runs = manage("tslock", "runs", "demo_report", "--limit", "4", env=env, check=False)
+    print(runs.stdout.rstrip() or runs.stderr.rstrip())
+    if "succeeded" not in runs.stdout or "skipped" not in runs.stdout:
+        sys.exit("demo: expected the journal to show the run and the skip; see the output above")
+    print("--- is any scheduled job late or failing? (python manage.py tslock overdue)")
+    overdue = manage("tslock", "overdue", env=env, check=False)
+    print((overdue.stdout.rstrip() or overdue.stderr.rstrip()) + f"  (exit status {overdue.returncode})")
+
+
 def main() -> None:
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="testproject.settings", PYTHONUNBUFFERED="1")
     (ROOT / "var").mkdir(exist_ok=True)
@@ -85,6 +99,7 @@ def main() -> None:
         print("--- the lock records now (python manage.py tslock list)")
         listing = manage("tslock", "list", env=env, check=False)
         print(listing.stdout.rstrip() or listing.stderr.rstrip())
+        journal(env)
     step("creating the demo superuser")
     password = secrets.token_urlsafe(12)
     manage("shell", "-c", _SUPERUSER.format(password=password), env=env)

@@ -80,3 +80,7 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.lockapp"]  # noqa: F405
 
 TSLOCK_PROVIDERS = {"default": {"BACKEND": "tslock_django.providers.database.DatabaseLockProvider"}}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# The journal is on by default in a project; here it is off so that the tests of the
+# lock itself need no database access and see no journal warning. tests/journal turns
+# it on (override_settings) to test it.
+TSLOCK_JOURNAL = None

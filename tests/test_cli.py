@@ -122,6 +122,31 @@ def test_list_reports_a_failing_provider_and_lists_the_others(settings: Any) -> 
     assert "bad: lock provider 'bad': HTTP 401" in err.getvalue()
 
 
+def test_list_with_nothing_from_the_providers_that_answered_says_the_listing_is_incomplete(
+    settings: Any,
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "bad": {"BACKEND": path_of(FailingProvider)}}
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="1 provider"):
+        call_command("tslock", "list", stdout=out, stderr=err)
+    assert "No locks." not in out.getvalue(), "a failed provider may hold locks"
+    assert out.getvalue().splitlines() == [
+        "No locks in the providers that answered; the listing is incomplete: "
+        "could not list bad (the error is on stderr)."
+    ]
+
+
+def test_a_table_from_some_providers_says_it_is_incomplete(settings: Any) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "bad": {"BACKEND": path_of(FailingProvider)}}
+    held("a", "visible")
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("tslock", "list", stdout=out, stderr=err)
+    assert out.getvalue().splitlines()[-1] == (
+        "The listing is incomplete: could not list bad (the error is on stderr)."
+    )
+
+
 # -- release ----------------------------------------------------------------------------
 
 
@@ -456,7 +481,7 @@ def test_purge_store_failure_is_exit_status_1(settings: Any) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "the following arguments are required: --expired-for"),
+        ([], "purge needs --expired-for \\(lock records\\), --runs-older-than"),
         (["--expired-for", "soon"], r"cannot read 'soon' as a duration; use seconds"),
         (["--expired-for=-3d"], "must not be negative"),
         (["--expired-for", "30d", "--batch-size", "0"], "--batch-size: must be a whole number"),
@@ -468,6 +493,21 @@ def test_purge_usage_errors(settings: Any, args: list[str], message: str) -> Non
     settings.TSLOCK_PROVIDERS = {"a": MEMORY}
     with pytest.raises(CommandError, match=message):
         run("purge", *args)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("x", "argument --expired-for: cannot read 'x' as a duration; use seconds"),
+        ("-3d", "argument --expired-for: must not be negative, got '-3d'; use seconds"),
+    ],
+)
+def test_a_bad_duration_names_its_option_once(settings: Any, value: str, message: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY}
+    with pytest.raises(CommandError) as raised:
+        run("purge", f"--expired-for={value}")
+    assert str(raised.value).startswith(f"Error: {message}")
+    assert str(raised.value).count("--expired-for") == 1
 
 
 def test_check_is_one_small_query_per_provider(settings: Any, small_pages: list[tuple[str, int]]) -> None:

@@ -1,7 +1,8 @@
 """``alock(...)``: a lock for ``async with``, on the provider's async I/O.
 
-The rules are ``lock``'s (configuration, re-entrancy, keep-alive checks, signals and
-the single-use handles are shared code); only the waiting is asyncio's. See
+The rules are ``lock``'s (configuration, re-entrancy, keep-alive checks, signals, the
+single-use handles and the journal's steps, through ``GuardedRun.aenter``/``aexit``,
+are shared code); only the waiting is asyncio's. See
 :class:`tslock_django.lock` for the decorator form, which also takes coroutine
 functions.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from .core.aexecutor import agive_back
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
 from .core.executor import HeldLock
@@ -45,6 +45,7 @@ class alock:
             asyncio task; when that fails the ``keep_alive_failed`` signal is sent and
             ``held.lost`` is set.
         wait: how long to keep trying while the lock is held (default: try once).
+        journal: record each run in the journal, as ``lock(..., journal=True)`` does.
 
     Yields:
         The :class:`~tslock_django.HeldLock`, as ``with lock(...)`` does.
@@ -64,9 +65,16 @@ class alock:
         using: str = "default",
         keep_alive: bool = False,
         wait: DurationLike | None = None,
+        journal: bool = False,
     ) -> None:
         self._lock = lock(
-            name, lock_at_most_for, lock_at_least_for, using=using, keep_alive=keep_alive, wait=wait
+            name,
+            lock_at_most_for,
+            lock_at_least_for,
+            using=using,
+            keep_alive=keep_alive,
+            wait=wait,
+            journal=journal,
         )
 
     @property
@@ -74,14 +82,17 @@ class alock:
         return self._lock.config
 
     async def __aenter__(self) -> HeldLock:
-        held, acquired = await self._lock._atake()
-        self._lock._entering(held, acquired)
+        run = self._lock._run()
+        held = await run.aenter()
+        self._lock._entering(run)
         return held
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await agive_back(*self._lock._leaving())
+        # A cancelled block ends here too (exc is the CancelledError): the run is
+        # journaled and the lock released before the cancellation goes on.
+        await self._lock._leaving().aexit(exc)
 
     def __repr__(self) -> str:
         return f"<alock {self._lock.config.name!r} using {self._lock.using!r}>"

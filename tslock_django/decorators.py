@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike, parse_duration
-from .core.executor import give_back, take
+from .core.human import format_duration
 from .core.times import format_time
 from .exceptions import InvalidLockProvider, LockHeld, LockProviderError
+from .guard import GuardedRun
+from .journal.schedules import parse_schedule
 
 C = TypeVar("C", bound=type[BaseCommand])
 
@@ -41,6 +44,8 @@ def locked_command(
     on_locked: Literal["skip", "fail"] = "skip",
     keep_alive: bool = False,
     max_wait: DurationLike = "1h",
+    schedule: object = None,
+    grace: DurationLike | None = None,
 ) -> Callable[[C], C]:
     """Class decorator for a ``BaseCommand``: ``handle`` runs only under the lock.
 
@@ -54,19 +59,31 @@ def locked_command(
             (``CommandError``, exit 75).
         keep_alive: extend the lock every ``lock_at_most_for / 2`` while ``handle`` runs.
         max_wait: the largest ``--lock-wait`` accepted, so a manual run cannot wait forever.
+        schedule: how often the command should run, for the journal's late and failing
+            statuses (``tslock overdue``, the Runs page): a period (``"1h"``) or a
+            five-field cron expression (``"0 3 * * *"``, in ``settings.TIME_ZONE``).
+        grace: how late a run may be before the command is late (default: a tenth of
+            the period, at least a minute).
+
+    Every run is journaled (``TSLOCK_JOURNAL``): started, then succeeded or failed;
+    skipped when held elsewhere; error when the store failed.
 
     The command gains ``--lock-provider``, ``--lock-at-most-for``, ``--lock-at-least-for``
     and ``--lock-wait``. While ``handle`` runs, ``self.lock`` is the :class:`HeldLock`
     (for its ``fencing_token``).
 
     Raises:
-        ValueError: bad durations or ``on_locked`` (when decorating).
+        ValueError: bad durations, ``on_locked``, ``schedule`` or ``grace`` (when
+            decorating: at import).
     """
     if on_locked not in ("skip", "fail"):
         raise ValueError(f"on_locked must be 'skip' or 'fail', got {on_locked!r}")
     # Validate the durations now, so a typo fails at import, not at 3 a.m.
     LockConfiguration("probe", lock_at_most_for, lock_at_least_for)
     wait_cap = parse_duration(max_wait, field="max_wait")
+    if schedule is None and grace is not None:
+        raise ValueError("grace is given without a schedule; give schedule= too (e.g. schedule='1h')")
+    job_schedule = parse_schedule(schedule, grace) if schedule is not None else None
 
     def decorate(cls: C) -> C:
         if not (isinstance(cls, type) and issubclass(cls, BaseCommand)):
@@ -86,15 +103,17 @@ def locked_command(
             group.add_argument(
                 "--lock-wait",
                 default="0",
-                help=f"keep trying this long while the lock is held (at most {wait_cap}); default: once",
+                help=f"keep trying this long while the lock is held (at most {format_duration(wait_cap)}); "
+                "default: once",
             )
 
         def handle(self: BaseCommand, *args: Any, **options: Any) -> Any:
             config, alias, wait = _resolve(self, options)
-            from . import providers
-
+            run = GuardedRun(
+                config, alias, keep_alive=keep_alive, wait=wait, schedule=job_schedule, stream=self.stderr
+            )
             try:
-                held, acquired = take(providers.get(alias), config, keep_alive=keep_alive, wait=wait)
+                held = run.enter()
             except LockHeld as refused:
                 line = f"{_held(refused)}; {command_name} did not run"
                 if on_locked == "fail":
@@ -109,10 +128,14 @@ def locked_command(
             outer = getattr(self, "lock", None)
             self.lock = held  # type: ignore[attr-defined]
             try:
-                return original_handle(self, *args, **options)
-            finally:
+                result = original_handle(self, *args, **options)
+            except BaseException as exc:
                 self.lock = outer  # type: ignore[attr-defined]
-                give_back(held, acquired)
+                run.exit(exc)
+                raise
+            self.lock = outer  # type: ignore[attr-defined]
+            run.exit()
+            return result
 
         def _resolve(self: BaseCommand, options: dict[str, Any]) -> tuple[LockConfiguration, str, Any]:
             try:
@@ -124,7 +147,13 @@ def locked_command(
             except ValueError as err:
                 raise CommandError(str(err)) from err
             if wait > wait_cap:
-                raise CommandError(f"--lock-wait {wait} is longer than this command allows ({wait_cap})")
+                # In the form the user wrote ("2h"), not timedelta's "2:00:00".
+                given = options.get("lock_wait")
+                shown = format_duration(given) if isinstance(given, timedelta) else str(given)
+                raise CommandError(
+                    f"--lock-wait {shown} is longer than this command allows "
+                    f"(at most {format_duration(wait_cap)})"
+                )
             return config, options.get("lock_provider") or using, wait
 
         cls.add_arguments = add_arguments  # type: ignore[method-assign]
@@ -132,6 +161,7 @@ def locked_command(
         cls.tslock_lock_at_most_for = parse_duration(lock_at_most_for, field="lock_at_most_for")  # type: ignore[attr-defined]
         cls.tslock_using = using  # type: ignore[attr-defined]
         cls.tslock_keep_alive = keep_alive  # type: ignore[attr-defined]
+        cls.tslock_schedule = job_schedule  # type: ignore[attr-defined]
         DECORATED.add(cls)
         return cls
 

@@ -9,11 +9,11 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
-from .core.aexecutor import agive_back, atake
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
-from .core.executor import HeldLock, give_back, take
+from .core.executor import HeldLock
 from .exceptions import LockHeld, TslockError
+from .guard import GuardedRun
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -22,7 +22,7 @@ OnLocked = Literal["skip", "raise"]
 
 #: What each ``with lock(...)`` entered in this thread or task, innermost last, so that
 #: ``__exit__`` finds its own holding without state on the (shareable) lock object.
-_entered: contextvars.ContextVar[tuple[tuple[lock, HeldLock, bool], ...]] = contextvars.ContextVar(
+_entered: contextvars.ContextVar[tuple[tuple[lock, GuardedRun], ...]] = contextvars.ContextVar(
     "tslock_entered", default=()
 )
 
@@ -48,7 +48,7 @@ class lock:
     no second acquisition happens.
 
     Decorating a coroutine function gives a coroutine function that holds the lock
-    while it is awaited, with the provider's async I/O (see :class:`alock`, the
+    while it is awaited, through the provider's async I/O (see :class:`alock`, the
     ``async with`` form)::
 
         @lock("sync-prices", lock_at_most_for="5m")
@@ -64,6 +64,8 @@ class lock:
         keep_alive: extend every ``lock_at_most_for / 2`` while running.
         wait: how long to keep trying while the lock is held (default: try once).
         on_locked: decorator only: ``"skip"`` (default) or ``"raise"``.
+        journal: record each run in the journal (``TSLOCK_JOURNAL``) like a locked
+            command's: off by default, since ``lock`` also guards hot code paths.
 
     Raises:
         ValueError: bad name, durations or ``on_locked`` (at construction).
@@ -80,6 +82,7 @@ class lock:
         keep_alive: bool = False,
         wait: DurationLike | None = 0,
         on_locked: OnLocked = "skip",
+        journal: bool = False,
     ) -> None:
         if on_locked not in ("skip", "raise"):
             raise ValueError(f"on_locked must be 'skip' or 'raise', got {on_locked!r}")
@@ -88,47 +91,44 @@ class lock:
         self.keep_alive = keep_alive
         self.wait = wait or 0
         self.on_locked = on_locked
+        self.journal = journal
 
-    def _take(self) -> tuple[HeldLock, bool]:
-        from . import providers
-
-        return take(providers.get(self.using), self.config, keep_alive=self.keep_alive, wait=self.wait)
-
-    async def _atake(self) -> tuple[HeldLock, bool]:
-        from . import providers
-
-        provider = providers.get(self.using)
-        return await atake(provider, self.config, keep_alive=self.keep_alive, wait=self.wait)
+    def _run(self) -> GuardedRun:
+        """A fresh run of this lock (state per call, never on the shared object)."""
+        return GuardedRun(
+            self.config, self.using, keep_alive=self.keep_alive, wait=self.wait, journal=self.journal
+        )
 
     # -- context manager ---------------------------------------------------------------
 
     def __enter__(self) -> HeldLock:
-        held, acquired = self._take()
-        self._entering(held, acquired)
+        run = self._run()
+        held = run.enter()
+        self._entering(run)
         return held
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        give_back(*self._leaving())
+        self._leaving().exit(exc)
 
-    def _entering(self, held: HeldLock, acquired: bool) -> None:
-        """Note what this ``with`` (or ``async with``) holds in this thread or task."""
-        _entered.set((*_entered.get(), (self, held, acquired)))
+    def _entering(self, run: GuardedRun) -> None:
+        """Note the run this ``with`` (or ``async with``) entered in this thread or task."""
+        _entered.set((*_entered.get(), (self, run)))
 
-    def _leaving(self) -> tuple[HeldLock, bool]:
-        """What this ``with`` (or ``async with``) entered in this thread or task."""
+    def _leaving(self) -> GuardedRun:
+        """The run this ``with`` (or ``async with``) entered in this thread or task."""
         entries = _entered.get()
-        mine = [i for i, (owner, _, _) in enumerate(entries) if owner is self]
+        mine = [i for i, (owner, _) in enumerate(entries) if owner is self]
         if not mine:
             raise TslockError(
                 f"{self!r} was exited in another thread or task than the one that entered it; "
                 "enter and exit a lock in the same thread or asyncio task"
             )
         index = mine[-1]
-        _, held, acquired = entries[index]
+        _, run = entries[index]
         _entered.set(entries[:index] + entries[index + 1 :])
-        return held, acquired
+        return run
 
     # -- decorator -------------------------------------------------------------------
 
@@ -148,16 +148,20 @@ class lock:
     def _decorate_function(self, func: Callable[P, R]) -> Callable[P, R | None]:
         @functools.wraps(func)
         def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            run = self._run()
             try:
-                held, acquired = self._take()
+                run.enter()
             except LockHeld:
                 if self.on_locked == "raise":
                     raise
                 return None
             try:
-                return func(*args, **kwargs)
-            finally:
-                give_back(held, acquired)
+                result = func(*args, **kwargs)
+            except BaseException as exc:
+                run.exit(exc)
+                raise
+            run.exit()
+            return result
 
         return locked
 
@@ -166,16 +170,20 @@ class lock:
     ) -> Callable[P, Coroutine[Any, Any, R | None]]:
         @functools.wraps(func)
         async def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            run = self._run()
             try:
-                held, acquired = await self._atake()
+                await run.aenter()
             except LockHeld:
                 if self.on_locked == "raise":
                     raise
                 return None
             try:
-                return await func(*args, **kwargs)
-            finally:
-                await agive_back(held, acquired)
+                result = await func(*args, **kwargs)
+            except BaseException as exc:  # a cancellation too: the run ends, the lock is released
+                await run.aexit(exc)
+                raise
+            await run.aexit()
+            return result
 
         return locked
 

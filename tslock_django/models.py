@@ -66,3 +66,9 @@ class FencingMark(models.Model):
 
     def __str__(self) -> str:
         return f"fencing tokens purged up to {self.mark}"
+
+
+# The journal's tables belong to this app (one migration history), kept in their own room.
+from .journal.models import Job, Run  # noqa: E402
+
+__all__ = ["FencingMark", "Job", "Lock", "Run"]

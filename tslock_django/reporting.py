@@ -136,3 +136,9 @@ class _Masked:
 
     def __repr__(self) -> str:
         return self._shown
+
+
+def configured_secrets() -> list[str]:
+    """Every secret configured in ``TSLOCK_PROVIDERS``, as the filter hides them: for
+    other text that must not carry one (the journal's ``detail``)."""
+    return TslockExceptionReporterFilter()._configured_secrets()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import random
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,9 @@ from django.core.management import CommandError, call_command
 
 from tests.conftest import require_node
 from tests.worker.test_worker_listing import acquire, client, names, query, unique, wait_until, walk
+from tslock_django.core.query import LockQuery
+from tslock_django.exceptions import LockProviderError
+from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 from tslock_django.testing.worker_runtime import LocalWorker
 
 SHARDS = 4
@@ -260,3 +265,70 @@ def test_the_reindex_command_rebuilds_the_new_layout(tmp_path: Path, settings: A
     worker.variables = {"TSLOCK_INDEX_SHARDS": "4"}
     with worker, client(worker) as api:
         assert names(api, prefix="cmd/") == before
+
+
+# -- one instant per merged page ---------------------------------------------------------
+
+CHURN_SHARDS = 8
+
+
+def churn(worker: LocalWorker, names: list[str], stop: threading.Event, seed: int) -> None:
+    """Takes `names` again and again for 10 to 150 ms each (some released early, kept
+    for at-least), so that locks keep ending while the listings read the shards."""
+    pick = random.Random(seed)
+    with client(worker) as api:
+        while not stop.is_set():
+            for name in names:
+                at_most = pick.randint(10, 150)
+                body = {
+                    "name": name,
+                    "lock_at_most_for_ms": at_most,
+                    "lock_at_least_for_ms": at_most // 2 if pick.random() < 0.3 else 0,
+                }
+                taken = api.post("/v1/acquire", json=body).json()
+                if taken["acquired"] and pick.random() < 0.3:
+                    api.post("/v1/unlock", json={"name": name, "token": taken["record"]["token"]})
+
+
+def test_a_page_merged_from_shards_is_current_at_the_instant_it_answers() -> None:
+    # Issue 19: each shard used to filter out ended locks at its own clock while the
+    # answer carried the latest one, so a lock that ended between two shard reads came
+    # back as current in a page said to be as of a time when it had ended, and the
+    # provider refused the whole page. Here locks end all the time over 8 shards while
+    # pages are read raw and through the provider.
+    require_node()
+    base = unique("instant")
+    names = [f"{base}{i:03d}" for i in range(150)]
+    stop = threading.Event()
+    with LocalWorker(variables={"TSLOCK_INDEX_SHARDS": str(CHURN_SHARDS)}) as worker, client(worker) as api:
+        provider = DurableObjectLockProvider("edge", url=worker.url, token=worker.token)
+        churners = [
+            threading.Thread(target=churn, args=(worker, names[i::3], stop, i), daemon=True) for i in range(3)
+        ]
+        for thread in churners:
+            thread.start()
+        stale: list[str] = []
+        failed: list[str] = []
+        seen: set[tuple[str, int]] = set()
+        try:
+            for round_ in range(300):
+                states = ("held,at_least", "held", "at_least")[round_ % 3]
+                body = query(api, prefix=base, states=states, order=("name", "lock_until")[round_ % 2])
+                for record in body["locks"]:
+                    seen.add((record["name"], record["fencing_token"]))
+                    state = "at_least" if record["released"] else "held"
+                    if record["lock_until_ms"] <= body["now_ms"] or state not in states.split(","):
+                        stale.append(f"{record['name']} until {record['lock_until_ms']} at {body['now_ms']}")
+                try:
+                    provider.query(LockQuery(prefix=base, order=("lock_until", "name")[round_ % 2]))
+                except LockProviderError as err:
+                    failed.append(str(err))
+        finally:
+            stop.set()
+            for thread in churners:
+                thread.join(10)
+            provider.close()
+    # The locks did turn over while the pages were read (else this proves nothing).
+    assert len(seen) > 2 * len(names)
+    assert stale == [], f"{len(stale)} records past their lock_until in a page as of now_ms: {stale[:3]}"
+    assert failed == [], f"{len(failed)} of 300 listings failed: {failed[:2]}"

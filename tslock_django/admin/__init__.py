@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from ..core.human import format_remaining
 from ..models import Lock
 from .options import RELEASE_PERMISSION, VIEW_PERMISSION, LockAdmin
-from .rows import STATES, LockRow, Selection, format_remaining, make_row
+from .rows import STATES, LockRow, Selection, make_row
 
 admin.site.register(Lock, LockAdmin)
 

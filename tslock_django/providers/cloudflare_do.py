@@ -26,7 +26,7 @@ from ..core.records import ListedRecord, LockRecord, UnreadableRecord
 from ..core.secrets import scrub, secret_forms
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
-from .http import PooledClient, error_for_status, json_body, parse_json, transport_errors
+from .http import PooledClient, error_for_status, json_body, parse_json
 from .options import CLOUDFLARE_MAX_KEY_BYTES, DURABLE_OBJECT
 
 #: The Worker's limit on ``locked_by`` (code points).
@@ -43,7 +43,8 @@ class DurableObjectLockProvider(LockProvider):
             a log line or an error message.
         key_prefix: prepended to every lock name, so several projects can share one
             Worker. Default ``""``.
-        timeout: seconds to wait for each HTTP request. Default ``10.0``.
+        timeout: seconds one HTTP request may take in all, from sending it to the last
+            byte of the answer. Default ``10.0``.
 
     Args:
         transport: an ``httpx.BaseTransport`` to use instead of the network (tests and
@@ -121,8 +122,7 @@ class DurableObjectLockProvider(LockProvider):
         secrets = [str(self.options["token"])]
         if body is not None and isinstance(body.get("token"), str):
             secrets.append(body["token"])
-        with transport_errors(self.alias, what, secrets):
-            response = self._http().request(method, path, json=body, params=params)
+        response = self._pool.send(self.alias, what, method, path, secrets=secrets, json=body, params=params)
         if not response.is_success:
             raise error_for_status(self.alias, what, response, self._error_detail(response), secrets)
         data = json_body(self.alias, what, response, mark_bad_numbers=mark_bad_numbers)
@@ -427,18 +427,28 @@ class DurableObjectLockProvider(LockProvider):
         # it and it may be shown again there, while the readable records go on.
         positions: list[list[int | str] | None] = []
         previous = mark
+        # Set when records left out (below) end the page: the next page starts after them.
+        resume: list[int | str] | None = None
         for item in page:
+            left_out = False
             try:
                 record: ListedRecord = self._read_record(item)[0]
             except Unreadable as err:
                 record, place = self._unreadable(item, str(err), query, now)
             else:
                 if not query.matches(record, now):
-                    raise self._malformed(
-                        what,
-                        f"record {decode.shown(record.name, 200)!r} is not one the query asked for "
-                        "(prefix, search or state)",
-                    )
+                    # An unreadable row matches on its name alone: whether the name fits.
+                    if not query.matches(UnreadableRecord(record.name, self.alias, ""), now):
+                        raise self._malformed(
+                            what,
+                            f"record {decode.shown(record.name, 200)!r} is not one the query asked for "
+                            "(prefix or search)",
+                        )
+                    # Its name fits and its state does not: a lock that ended or was
+                    # released around the index's read (a Worker of an earlier release
+                    # dates a merged page by the latest of its shards' clocks). It is left
+                    # out; the rest of the page stands.
+                    left_out = True
                 place = query.sort_key(record)
                 if self._echoes_token(record.name):
                     # An echo of the request: placed by its name, shown without it.
@@ -454,6 +464,10 @@ class DurableObjectLockProvider(LockProvider):
                         what, f"record {decode.shown(record.name, 200)!r} is out of order or repeats one"
                     )
                 previous = place
+            if left_out:
+                resume = None if previous is None else list(previous)
+                continue
+            resume = None
             records.append(record)
             positions.append(None if previous is None else list(previous))
         if more and records and previous == mark:
@@ -463,7 +477,7 @@ class DurableObjectLockProvider(LockProvider):
                 "a whole page of records whose names or sort keys cannot be read; the listing "
                 "cannot go past them",
             )
-        return StorePage(records=records, more=more, positions=positions)
+        return StorePage(records=records, more=more, positions=positions, resume=resume if more else None)
 
     def _worker_position(self, query: LockQuery, mark: tuple[int | str, str]) -> dict[str, str | int]:
         """The Worker's ``after_key`` / ``after_name`` for keyset ``mark``. Names gain the

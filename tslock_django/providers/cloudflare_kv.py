@@ -180,7 +180,7 @@ class KVLockProvider(LockProvider):
         confirm_write: re-read after writing and report "not acquired" when another
             token is seen (default ``True``; one more request per acquisition).
         base_url: the API root (default ``https://api.cloudflare.com/client/v4``).
-        timeout: seconds per request (default 10).
+        timeout: seconds one REST request may take in all, answer included (default 10).
         list_request_budget: the most REST requests one :meth:`query` call (one page of
             a listing) may spend, list pages and value reads together (default 10, from
             2 to 1,200). The API token's budget is 1,200 requests per 5 minutes, shared

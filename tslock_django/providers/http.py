@@ -1,6 +1,7 @@
-"""What the HTTP providers share: one pooled httpx client per provider and the rule
-that every transport failure becomes a ``LockProviderError`` that names the store and
-the cause but never the credentials.
+"""What the HTTP providers share: one pooled httpx client per provider, requests whose
+answers are read within a size limit and an overall deadline, and the rule that every
+transport failure becomes a ``LockProviderError`` that names the store and the cause but
+never the credentials.
 
 httpx is imported here and only here, so ``import tslock_django`` stays free of it
 until a Cloudflare provider is configured.
@@ -8,11 +9,15 @@ until a Cloudflare provider is configured.
 
 from __future__ import annotations
 
+import ssl
 import threading
+import time
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpcore
 import httpx
 
 from ..core import decode
@@ -25,12 +30,21 @@ from ..exceptions import LockProviderError, LockRateLimited
 #: EBADF (encode/httpcore#1110); seen here with 50 threads on one provider.
 POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
 
+#: The largest answer read, decoded (16 MiB): a listing page of 1,000 keys with their
+#: metadata is about 1.5 MB. Larger answers are refused as they arrive.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+#: The deepest nesting parsed in an answer (an envelope around records).
+MAX_BODY_DEPTH = 32
+
 
 class PooledClient:
     """One keep-alive ``httpx.Client`` shared by every thread of a provider, opened on
     first use and again after :meth:`close`, so that ``close()`` frees connections without
     leaving the provider unusable. Credentials go in ``headers`` only, never in the URL,
-    so httpx's own error messages (which quote the URL) cannot leak them."""
+    so httpx's own error messages (which quote the URL) cannot leak them.
+
+    Send requests with :meth:`send`: it bounds the answer's size and the request's
+    whole duration by ``timeout``."""
 
     def __init__(
         self,
@@ -40,6 +54,10 @@ class PooledClient:
         timeout: float,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        # Only gzip is asked for: it is the one encoding decoded here within the size
+        # limit (see _decoded).
+        headers = {"Accept-Encoding": "gzip", **headers}
+        self.timeout = timeout
         self._settings = {"base_url": base_url, "headers": headers, "timeout": httpx.Timeout(timeout)}
         self._transport = transport
         self._client: httpx.Client | None = None
@@ -52,12 +70,15 @@ class PooledClient:
             with self._mutex:
                 client = self._client
                 if client is None:
-                    client = self._client = httpx.Client(
+                    client = httpx.Client(
                         **self._settings,  # type: ignore[arg-type]
                         transport=self._transport,
                         limits=POOL_LIMITS,
                         follow_redirects=False,
                     )
+                    if self._transport is None:
+                        _bound_connections(client)
+                    self._client = client
         return client
 
     def close(self) -> None:
@@ -67,9 +88,244 @@ class PooledClient:
         if client is not None:
             client.close()
 
+    def send(
+        self,
+        alias: str,
+        what: str,
+        method: str,
+        url: str,
+        *,
+        secrets: Iterable[str] = (),
+        max_bytes: int | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """Send one request and read its whole answer, within bounds.
+
+        The answer is read as it arrives and refused as soon as it passes ``max_bytes``
+        (default :data:`MAX_BODY_BYTES`), decoded; the request, from waiting for a pooled
+        connection to the answer's last byte, takes at most ``timeout`` seconds. The
+        response returned has been read (``.content`` holds the body) and released, so
+        its connection is back in the pool for the next request.
+
+        Args:
+            alias, what: name the provider and the operation in error messages.
+            secrets: what no error message may repeat (see :func:`transport_errors`).
+            kwargs: passed to ``httpx.Client.build_request`` (``json``, ``params``, ...).
+
+        Raises:
+            LockProviderError: the store could not be reached, did not answer in time,
+                or answered more than ``max_bytes`` or something undecodable.
+        """
+        limit = MAX_BODY_BYTES if max_bytes is None else max_bytes
+        deadline = time.monotonic() + self.timeout
+        with transport_errors(alias, what, secrets, timeout=self.timeout), _until(deadline):
+            client = self.get()
+            response = client.send(client.build_request(method, url, **kwargs), stream=True)
+            try:
+                body = _read_within(response, limit, deadline)
+            except _Refused as err:
+                status = response.status_code
+                raise LockProviderError(
+                    f"{what}: HTTP {status}: {err}", alias=alias, status_code=status
+                ) from None
+            finally:
+                # Read to its end, the connection goes back to the pool; cut short, it
+                # is closed (draining a hostile answer would defeat the bounds).
+                response.close()
+        # What httpx's own read() would have stored: .content, .json() and .text work.
+        response._content = body
+        return response
+
+
+# -- the deadline: every socket operation of a request waits at most until it ----------------
+
+#: The deadline of the request this thread is sending (sync httpx does its I/O in the
+#: calling thread), or absent.
+_deadline = threading.local()
+
 
 @contextmanager
-def transport_errors(alias: str, what: str, secrets: Iterable[str] = ()) -> Iterator[None]:
+def _until(deadline: float) -> Iterator[None]:
+    _deadline.at = deadline
+    try:
+        yield
+    finally:
+        _deadline.at = None
+
+
+def _remaining(timeout: float | None, expired: type[Exception]) -> float | None:
+    """``timeout`` cut to what is left of this thread's deadline; ``expired`` raised
+    when nothing is left."""
+    deadline: float | None = getattr(_deadline, "at", None)
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise expired("the request's deadline has passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every read and write waits at most until the deadline of the
+    request using it. httpx applies its read timeout to each read, so without this a
+    server sending a byte a second (headers or body) would hold a request for ever."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _remaining(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _remaining(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        timeout = _remaining(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with :class:`_DeadlineStream` connections."""
+
+    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+        self._backend = backend
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._backend.connect_tcp(
+            host, port, _remaining(timeout, httpcore.ConnectTimeout), local_address, socket_options
+        )
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        stream = self._backend.connect_unix_socket(
+            path, _remaining(timeout, httpcore.ConnectTimeout), socket_options
+        )
+        return _DeadlineStream(stream)
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def _bound_connections(client: httpx.Client) -> None:
+    """Give the connections of ``client``'s own transports (direct, and those of the
+    proxies httpx took from the environment) the request's deadline.
+
+    httpx has no option for httpcore's network backend, so it is set on the connection
+    pools httpx built. Should a later httpx build them differently, nothing is changed
+    and the deadline is still checked between the pieces of each answer (_read_within)."""
+    mounts: dict[Any, Any] = getattr(client, "_mounts", {})
+    for transport in (getattr(client, "_transport", None), *mounts.values()):
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if isinstance(backend, httpcore.NetworkBackend) and not isinstance(backend, _DeadlineBackend):
+            pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+
+
+# -- reading an answer within bounds --------------------------------------------------------
+
+
+class _Refused(Exception):
+    """An answer the provider will not read further (the text says why)."""
+
+
+#: The most one decoded piece of an answer holds, so a compressed answer is checked
+#: against the size limit every 64 KiB however well it compresses.
+PIECE_BYTES = 64 * 1024
+
+
+def _decoded(response: httpx.Response) -> Iterator[bytes]:
+    """The answer's body as it arrives, gzip undone, in pieces of at most PIECE_BYTES.
+
+    httpx would decode each network read whole, and 64 KiB of gzip can hold 64 MiB."""
+    try:
+        # A transport that answers from memory (tests, fakes) hands over a response it
+        # has read and decoded already; its stream cannot be read again.
+        body: bytes | None = response.content
+    except httpx.ResponseNotRead:
+        body = None
+    if body is not None:
+        for start in range(0, len(body), PIECE_BYTES):
+            yield body[start : start + PIECE_BYTES]
+        return
+    encoding = response.headers.get("Content-Encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        yield from response.iter_raw()
+        return
+    if encoding not in ("gzip", "x-gzip"):
+        raise _Refused(
+            f"the answer is encoded as {cut(decode.visible(encoding), 40)!r}; the provider asks for "
+            "gzip or no encoding"
+        )
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    received = False
+    try:
+        # Read to the end of the stream, not of the gzip data: a response left unfinished
+        # would close its connection instead of returning it to the pool.
+        for chunk in response.iter_raw():
+            received = received or bool(chunk)
+            data = chunk
+            while data:
+                if inflater.eof:
+                    raise _Refused("the answer holds bytes after the end of its gzip data")
+                piece = inflater.decompress(data, PIECE_BYTES)
+                data = inflater.unconsumed_tail or inflater.unused_data
+                if piece:
+                    yield piece
+        rest = inflater.flush()
+    except zlib.error:
+        raise _Refused("the answer's gzip encoding is broken") from None
+    if received and not inflater.eof:
+        raise _Refused("the answer's gzip data ends early")
+    if rest:
+        yield rest
+
+
+def _read_within(response: httpx.Response, max_bytes: int, deadline: float) -> bytes:
+    """The whole body of ``response``, refused past ``max_bytes`` and cut off at
+    ``deadline`` (a ``ReadTimeout``: the transport may not bound its own reads)."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and "Content-Encoding" not in response.headers and int(declared) > max_bytes:
+        raise _Refused(_too_large(max_bytes))
+    pieces: list[bytes] = []
+    size = 0
+    for piece in _decoded(response):
+        size += len(piece)
+        if size > max_bytes:
+            raise _Refused(_too_large(max_bytes))
+        pieces.append(piece)
+        if time.monotonic() > deadline:
+            raise httpx.ReadTimeout("the request's deadline has passed", request=response.request)
+    return b"".join(pieces)
+
+
+def _too_large(max_bytes: int) -> str:
+    return (
+        f"the answer is larger than {max_bytes:,} bytes, the most the provider reads; "
+        "check that the URL points at the store"
+    )
+
+
+@contextmanager
+def transport_errors(
+    alias: str, what: str, secrets: Iterable[str] = (), *, timeout: float | None = None
+) -> Iterator[None]:
     """Turn httpx failures inside the block into ``LockProviderError``.
 
     ``what`` says which operation failed ("acquire 'job'"); the message keeps the
@@ -79,12 +335,14 @@ def transport_errors(alias: str, what: str, secrets: Iterable[str] = ()) -> Iter
     ``secrets`` (the credential, the lock token sent) are scrubbed from any text of the
     server's that the message repeats: a protocol error quotes the status line it
     could not parse, and a hostile server can put the request's header there.
+    ``timeout`` (seconds), when given, is named in the message of a timeout.
     """
     try:
         yield
     except httpx.TimeoutException as err:
+        limit = "" if timeout is None else f"timed out after {timeout:g} s, the timeout option; "
         raise LockProviderError(
-            f"{what}: the store did not answer in time ({type(err).__name__})", alias=alias
+            f"{what}: the store did not answer in time ({limit}{type(err).__name__})", alias=alias
         ) from err
     except (httpx.LocalProtocolError, UnicodeEncodeError) as err:
         # Raised while the request is being built or written, mostly for a header value
@@ -138,13 +396,6 @@ def error_for_status(
     if hint:
         parts.append(hint)
     return cls("; ".join(parts), alias=alias, status_code=response.status_code)
-
-
-#: The largest answer body parsed: a listing page of 1,000 keys with their metadata is
-#: about 1.5 MB.
-MAX_BODY_BYTES = 16 * 1024 * 1024
-#: The deepest nesting parsed in an answer (an envelope around records).
-MAX_BODY_DEPTH = 32
 
 
 def parse_json(response: httpx.Response, *, mark_bad_numbers: bool = False) -> Any:

@@ -35,7 +35,7 @@ from django.views.decorators.debug import sensitive_variables
 from ..core.clock import ClockProvider
 from ..core.decode import Unreadable
 from ..exceptions import LockProviderError
-from .http import PooledClient, error_for_status, json_body, parse_json, transport_errors
+from .http import PooledClient, error_for_status, json_body, parse_json
 from .options import KV_DEFAULT_BASE_URL
 
 #: Where the Cloudflare API lives; tests and local runtimes pass another base URL.
@@ -45,6 +45,10 @@ DEFAULT_BASE_URL = KV_DEFAULT_BASE_URL
 KEY_NOT_FOUND = 10009
 #: Cloudflare's error code for "this namespace does not exist" (with HTTP 404).
 NAMESPACE_NOT_FOUND = 10013
+
+#: The largest value Workers KV stores (25 MiB): a value read may be that long, and is
+#: then the decoder's to refuse with its reason; a longer answer is not from KV.
+MAX_VALUE_BYTES = 25 * 1024 * 1024
 
 #: The list endpoint accepts 10..1000 keys per page.
 LIST_LIMIT_MIN = 10
@@ -122,7 +126,8 @@ class KVRestNamespace:
         namespace_id: the KV namespace id.
         api_token: an API token with "Workers KV Storage: Edit" on the account.
         base_url: the API root (default :data:`DEFAULT_BASE_URL`).
-        timeout: seconds to wait for connect, each read and each write.
+        timeout: seconds one request may take in all, from connecting to the last byte
+            of the answer.
         alias: the provider alias, used in error messages.
         transport: an ``httpx.BaseTransport`` to use instead of the network (tests).
     """
@@ -191,8 +196,9 @@ class KVRestNamespace:
             LockProviderError: any other answer.
         """
         what = f"read key {key!r}"
-        with transport_errors(self.alias, what, self._secrets):
-            response = self._http().get(self._value_path(key))
+        response = self._pool.send(
+            self.alias, what, "GET", self._value_path(key), secrets=self._secrets, max_bytes=MAX_VALUE_BYTES
+        )
         if response.status_code == 200:
             return response.content
         if response.status_code == 404 and cloudflare_error(response).code == KEY_NOT_FOUND:
@@ -229,8 +235,9 @@ class KVRestNamespace:
             )
         params = {"expiration_ttl": str(expiration_ttl)} if expiration_ttl is not None else None
         secrets = self._secrets + secrets
-        with transport_errors(self.alias, what, secrets):
-            response = self._http().put(self._value_path(key), params=params, files=files)
+        response = self._pool.send(
+            self.alias, what, "PUT", self._value_path(key), secrets=secrets, params=params, files=files
+        )
         self._expect_success(what, response, secrets)
 
     def delete(self, key: str) -> None:
@@ -241,8 +248,7 @@ class KVRestNamespace:
             LockProviderError: any other failure.
         """
         what = f"delete key {key!r}"
-        with transport_errors(self.alias, what, self._secrets):
-            response = self._http().delete(self._value_path(key))
+        response = self._pool.send(self.alias, what, "DELETE", self._value_path(key), secrets=self._secrets)
         if response.status_code == 404 and cloudflare_error(response).code == KEY_NOT_FOUND:
             return
         self._expect_success(what, response)
@@ -262,8 +268,9 @@ class KVRestNamespace:
             params["prefix"] = prefix
         if cursor:
             params["cursor"] = cursor
-        with transport_errors(self.alias, what, self._secrets):
-            response = self._http().get(f"{self._prefix}/keys", params=params)
+        response = self._pool.send(
+            self.alias, what, "GET", f"{self._prefix}/keys", secrets=self._secrets, params=params
+        )
         body = self._expect_success(what, response)
         result = body.get("result")
         info = body.get("result_info") or {}

@@ -21,8 +21,9 @@
 // limit + 1 rows along an index; a search or state filter skips non-matching entries on
 // the way) and merges them.
 //
-// Staleness: a listing shows what the index holds, filtered by lock_until at read time,
-// so it never shows an expired lock as current. A change (taken, released, extended)
+// Staleness: a listing shows what the index holds, filtered by lock_until at one instant
+// taken before the shards are read (the answer's now_ms), so it never shows a lock that
+// had ended at that instant. A change (taken, released, extended)
 // shows once its report lands: the report delay plus a few milliseconds after the answer
 // (a force release: a few milliseconds). A report that fails is re-sent by the lock
 // object's alarm after 1 s, then after 2, 4, 8, 16 and every 30 s while the index stays
@@ -60,7 +61,8 @@
 //               record): after_name is its name, after_key its sort key, which is the
 //               name again for order=name and epoch milliseconds for the time orders.
 //               after_name "" with a time key means "after every name at that key".
-// Answer: {locks: [record without token, ...], more: bool, now_ms}. Names compare in
+// Answer: {locks: [record without token, ...], more: bool, now_ms}, now_ms being the
+// instant the whole page is as of (every record in it is current then). Names compare in
 // code point order (SQLite compares TEXT as UTF-8 bytes). The older form of the route,
 // ?prefix=&limit=&cursor= answering {locks, cursor}, still works for order=name, so an
 // app of the previous release keeps listing while the Worker is redeployed first.
@@ -497,7 +499,13 @@ function codeUnitRank(unit) {
 // page (all its rows were used and it has more) is asked again after its last row for a
 // full page; so the page is exact, and usually costs one call per shard reading about
 // two pages' worth of rows in all instead of N pages.
-async function queryLayout(env, count, query) {
+//
+// The page is as of one instant, taken here before any shard is asked: every shard
+// keeps the locks still current at that instant and the answer carries it as now_ms.
+// (Each shard reading at its own clock, a lock ending between two shard reads came back
+// from the earlier one in a page dated by the later one, at which it had ended.)
+async function queryLayout(env, count, baseQuery) {
+  const query = { ...baseQuery, at: Date.now() };
   const shards = allShards(env, count);
   if (count === 1) return shards[0].query(query);
   const timeOrder = ORDER_COLUMNS[query.order] !== null;
@@ -505,7 +513,6 @@ async function queryLayout(env, count, query) {
   const compare = (a, b) => sign * ((timeOrder && a.key !== b.key ? a.key - b.key : 0) || compareNames(a.name, b.name));
   const share = Math.min(query.limit, Math.ceil((2 * (query.limit + 1)) / count) + 8);
   const parts = await Promise.all(shards.map((shard) => shard.query({ ...query, limit: share })));
-  let nowMs = Math.max(...parts.map((part) => part.now_ms));
   for (;;) {
     const rows = parts.flatMap((part) => part.rows).sort(compare);
     const boundary = rows.length > query.limit ? rows[query.limit] : null;
@@ -518,14 +525,13 @@ async function queryLayout(env, count, query) {
       });
     if (short.length === 0) {
       const more = rows.length > query.limit || parts.some((part) => part.more);
-      return { rows: rows.slice(0, query.limit), more, now_ms: nowMs };
+      return { rows: rows.slice(0, query.limit), more, now_ms: query.at };
     }
     await Promise.all(
       short.map(async ({ part, index }) => {
         const last = part.rows[part.rows.length - 1];
         const next = await shards[index].query({ ...query, after: { key: last.key, name: last.name } });
-        parts[index] = { rows: [...part.rows, ...next.rows], more: next.more, now_ms: next.now_ms };
-        nowMs = Math.max(nowMs, next.now_ms);
+        parts[index] = { rows: [...part.rows, ...next.rows], more: next.more };
       }),
     );
   }
@@ -1155,19 +1161,23 @@ export class LockIndex extends DurableObject {
   }
 
   // One page of a query made by parseListing(): rows {name, key, record (JSON text)} in
-  // the query's order, at most query.limit, and whether more follow. Every condition is
-  // a range or a filter on an index walked in order: a prefix is name >= prefix AND
-  // name < upper, never an open range to the end of the table.
+  // the query's order, at most query.limit, and whether more follow, as of query.at (the
+  // instant the fetch handler took for every shard of the page; this shard's clock when
+  // absent), which the answer's now_ms repeats. Every condition is a range or a filter
+  // on an index walked in order: a prefix is name >= prefix AND name < upper, never an
+  // open range to the end of the table.
   async query(query) {
     const now = Date.now();
-    this.prune(now);
-    const { sql, args } = this.statement(query, now);
+    const at = Number.isSafeInteger(query.at) ? query.at : now;
+    // Never past the page's instant: a row pruned here must be one the page leaves out.
+    this.prune(Math.min(now, at));
+    const { sql, args } = this.statement(query, at);
     const rows = this.sql.exec(sql, ...args).toArray();
     const more = rows.length > query.limit;
-    return { rows: more ? rows.slice(0, query.limit) : rows, more, now_ms: now };
+    return { rows: more ? rows.slice(0, query.limit) : rows, more, now_ms: at };
   }
 
-  // The SELECT of query() at `now`: {sql, args}.
+  // The SELECT of query() as of `now`: {sql, args}.
   statement(query, now) {
     // Rows past lock_until_ms are expired or tombstones (0): never listed.
     const where = ["lock_until_ms > ?", "record IS NOT NULL"];

@@ -36,9 +36,12 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from ...cli import overdue, runs
+from ...cli.purge_runs import purge_runs
 from ...conf import providers
 from ...core.decode import visible
 from ...core.durations import GRAMMAR_HINT, parse_duration
+from ...core.human import format_duration, format_remaining
 from ...core.provider import LockProvider
 from ...core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
 from ...core.records import ListedRecord, UnreadableRecord
@@ -149,9 +152,10 @@ def _batch_size(text: str) -> int:
 
 def _age(text: str) -> timedelta:
     try:
-        return parse_duration(text, field="--expired-for")
+        # No field name: argparse puts "argument --expired-for: " before the message.
+        return parse_duration(text, field="")
     except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        raise argparse.ArgumentTypeError(str(err).lstrip(": ")) from None
 
 
 def _state(record: ListedRecord, now: datetime) -> str:
@@ -195,7 +199,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
-            dest="subcommand", metavar="{list,release,check,purge,reindex,worker,runtime}", required=True
+            dest="subcommand",
+            metavar="{list,release,check,purge,reindex,worker,runtime,runs,overdue}",
+            required=True,
         )
         # CommandParser.add_subparsers passes called_from_command_line on, so a usage error
         # in a subcommand is a CommandError under call_command and a usage line in a shell.
@@ -248,10 +254,15 @@ class Command(BaseCommand):
         purge = sub.add_parser("purge", help="Delete records that expired long ago.")
         purge.add_argument(
             "--expired-for",
-            required=True,
             type=_age,
             metavar="DURATION",
-            help=f"Delete records expired for longer than this ({GRAMMAR_HINT}); e.g. 30d.",
+            help=f"Delete lock records expired for longer than this ({GRAMMAR_HINT}); e.g. 30d.",
+        )
+        purge.add_argument(
+            "--runs-older-than",
+            type=_age,
+            metavar="DURATION",
+            help="Delete the journal's runs older than this, keeping each name's latest run and success.",
         )
         purge.add_argument("--provider", help="Only this provider alias.")
         purge.add_argument(
@@ -288,13 +299,21 @@ class Command(BaseCommand):
         )
 
         _runtime.add_arguments(sub.add_parser("runtime", help=_runtime.HELP))
+        runs.add_arguments(sub.add_parser("runs", help=runs.HELP))
+        overdue.add_arguments(sub.add_parser("overdue", help=overdue.HELP))
         for subparser in sub.choices.values():
             _accept_django_options(subparser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdin: TextIO = options.get("stdin") or sys.stdin
         action = options["subcommand"]
-        getattr(self, f"handle_{action}")(**options)
+        if action == "runs":
+            runs.handle(self, options)
+        elif action == "overdue":
+            if overdue.handle(self, options):
+                raise CommandError("scheduled jobs are late or failing (listed above)", returncode=1)
+        else:
+            getattr(self, f"handle_{action}")(**options)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -331,7 +350,7 @@ class Command(BaseCommand):
     ) -> None:
         states = STATE_CHOICES["all" if all_states else state]
         printer = _JsonPrinter(self) if as_json else _TablePrinter(self)
-        failures = 0
+        failed: list[str] = []
         left = limit
         for alias in self._aliases(provider):
             if left == 0:
@@ -342,16 +361,16 @@ class Command(BaseCommand):
                     if left is not None:
                         left -= 1
             except (InvalidLockProvider, LockProviderError, UnsupportedQuery, InvalidCursor) as err:
-                failures += 1
+                failed.append(alias)
                 # Written not to hold secrets; control characters a store's words may still
                 # hold are escaped (not backslashes: messages escape with them already).
                 self.stderr.write(visible(f"{alias}: {err}"))
             except Exception as err:  # noqa: BLE001  (report every provider, then fail)
-                failures += 1
+                failed.append(alias)
                 self.stderr.write(f"{alias}: could not be listed: unexpected {type(err).__name__}")
-        printer.close()
-        if failures:
-            raise CommandError(f"{failures} provider(s) could not be listed", returncode=1)
+        printer.close(failed)
+        if failed:
+            raise CommandError(f"{len(failed)} provider(s) could not be listed", returncode=1)
 
     def _records(
         self, alias: str, prefix: str, states: frozenset[str], limit: int | None
@@ -467,13 +486,22 @@ class Command(BaseCommand):
     def handle_purge(
         self,
         *,
-        expired_for: timedelta,
+        expired_for: timedelta | None,
+        runs_older_than: timedelta | None,
         provider: str | None,
         dry_run: bool,
         batch_size: int,
         **_: Any,
     ) -> None:
-        given = self._given_duration(expired_for)
+        if expired_for is None and runs_older_than is None:
+            raise CommandError(
+                "purge needs --expired-for (lock records), --runs-older-than (runs) or both", returncode=2
+            )
+        if runs_older_than is not None:
+            purge_runs(self, runs_older_than, dry_run=dry_run, batch_size=batch_size)
+        if expired_for is None:
+            return
+        given = format_duration(expired_for)
         failures = 0
         for alias in self._aliases(provider):
             try:
@@ -500,14 +528,6 @@ class Command(BaseCommand):
                 self.stdout.write(f"{alias}: deleted {records} expired for more than {given}")
         if failures:
             raise CommandError(f"{failures} provider(s) could not be purged", returncode=1)
-
-    @staticmethod
-    def _given_duration(duration: timedelta) -> str:
-        seconds = int(duration.total_seconds())
-        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-            if seconds and seconds % size == 0:
-                return f"{seconds // size}{unit}"
-        return f"{duration.total_seconds():g}s"
 
     # -- reindex ------------------------------------------------------------------------
 
@@ -608,7 +628,8 @@ class _JsonPrinter:
         )
         self.count += 1
 
-    def close(self) -> None:
+    def close(self, failed: list[str]) -> None:
+        # The failures are on stderr and in the exit status: stdout stays one JSON document.
         self.out.write("[]" if self.count == 0 else "\n]")
 
 
@@ -636,7 +657,7 @@ class _TablePrinter:
             printable(record.locked_by),
             _local(record.locked_at, self.zone),
             _local(record.lock_until, self.zone),
-            "-" if remaining is None else (f"{int(remaining)}s" if remaining > 0 else "overdue"),
+            format_remaining(None if remaining is None else timedelta(seconds=remaining)),
             "-" if row["fencing_token"] is None else str(row["fencing_token"]),
             printable(str(row["token_fingerprint"] or "-")),
         ]
@@ -662,7 +683,18 @@ class _TablePrinter:
     def _line(self, cells: list[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)).rstrip()
 
-    def close(self) -> None:
+    def close(self, failed: list[str]) -> None:
+        """End the table; ``failed``: the aliases that could not be listed, whose locks
+        are missing from it (a reader of stdout alone must not take it as complete)."""
         self.flush()
+        errors = "errors are" if len(failed) > 1 else "error is"
+        names = ", ".join(printable(alias) for alias in failed)
+        missing = f"could not list {names} (the {errors} on stderr)."
         if self.count == 0:
-            self.command.stdout.write("No locks.")
+            self.command.stdout.write(
+                f"No locks in the providers that answered; the listing is incomplete: {missing}"
+                if failed
+                else "No locks."
+            )
+        elif failed:
+            self.command.stdout.write(f"The listing is incomplete: {missing}")

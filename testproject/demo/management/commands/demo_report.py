@@ -10,7 +10,8 @@ from django.core.management.base import BaseCommand, CommandParser
 from tslock_django import locked_command
 
 
-@locked_command(lock_at_most_for="2m", lock_at_least_for="10s")
+# Scheduled nightly at 03:00 (settings.TIME_ZONE): `tslock overdue` says when it is late.
+@locked_command(lock_at_most_for="2m", lock_at_least_for="10s", schedule="0 3 * * *", grace="1h")
 class Command(BaseCommand):
     help = "Pretend to build a report for a few seconds while holding the 'demo_report' lock."
 

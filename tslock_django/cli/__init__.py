@@ -1,0 +1,1 @@
+"""The ``tslock`` management command's subcommands, one module each."""

@@ -1,0 +1,98 @@
+"""The journal's tables: ``Run`` (one row per run) and ``Job`` (one row per name,
+the summary the Runs page, ``tslock overdue`` and the metrics read).
+
+Both live in the project's database whichever store holds the locks: the journal is
+the project's record of its jobs, not the lock store's."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from . import outcomes
+
+OUTCOME_CHOICES = [(outcome, outcome) for outcome in outcomes.OUTCOMES]
+
+
+class Run(models.Model):
+    """One run of a job: written when it starts and again when it ends.
+
+    A ``running`` row whose ``deadline`` (the lock's ``lock_until`` as last known,
+    moved on by keep-alive) has passed without an end is ``lost``: its process died
+    or lost its lock. Readers show it so at once, and the next run of the name writes
+    it so."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=255)
+    provider = models.CharField(max_length=100)
+    outcome = models.CharField(max_length=16, choices=OUTCOME_CHOICES)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    #: Seconds from start to end.
+    duration = models.FloatField(null=True, blank=True)
+    host = models.CharField(max_length=255, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    locked_by = models.CharField(max_length=255, blank=True)
+    fencing_token = models.BigIntegerField(null=True, blank=True)
+    #: For a skip: who held the lock.
+    held_by = models.CharField(max_length=255, blank=True)
+    #: For a failure or error: the exception or exit status, scrubbed, at most 1,000 characters.
+    detail = models.TextField(blank=True)
+    #: While running: when the lock ends unless extended.
+    deadline = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "tslock_run"
+        verbose_name = "run"
+        verbose_name_plural = "runs"
+        default_permissions = ()
+        indexes = [
+            # A name's history, newest first, and the purge's "older than" per name.
+            models.Index(fields=["name", "-started_at", "-id"], name="tslock_run_name_started"),
+            # Every run, newest first (``tslock runs`` without a name), and retention.
+            models.Index(fields=["-started_at", "-id"], name="tslock_run_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.outcome} at {self.started_at}"
+
+
+class Job(models.Model):
+    """One row per lock name that has been journaled: its last run, last success,
+    schedule (as its last run declared it) and run counts by outcome."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    provider = models.CharField(max_length=100, blank=True)
+    first_seen_at = models.DateTimeField()
+    #: The schedule and grace its decorator declared (``TSLOCK_SCHEDULES`` overrides).
+    schedule = models.CharField(max_length=100, blank=True)
+    grace = models.FloatField(null=True, blank=True)
+    #: The last run that ran the job (not a skip or a store error).
+    last_run_id = models.BigIntegerField(null=True, blank=True)
+    last_outcome = models.CharField(max_length=16, blank=True)
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+    last_duration = models.FloatField(null=True, blank=True)
+    last_deadline = models.DateTimeField(null=True, blank=True)
+    last_detail = models.TextField(blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_success_run_id = models.BigIntegerField(null=True, blank=True)
+    last_success_duration = models.FloatField(null=True, blank=True)
+    #: The last skip or store error, for the page's "last attempt" line.
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_outcome = models.CharField(max_length=16, blank=True)
+    runs_succeeded = models.BigIntegerField(default=0)
+    runs_failed = models.BigIntegerField(default=0)
+    runs_skipped = models.BigIntegerField(default=0)
+    runs_error = models.BigIntegerField(default=0)
+    runs_lost = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "tslock_job"
+        verbose_name = "job"
+        verbose_name_plural = "runs"
+        # view_job anchors the Runs page; the page uses the Locks page's permission
+        # model (view_lock) so one grant shows both.
+        default_permissions = ("view",)
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,327 @@
+"""Writing the journal: one ``Run`` row per run, and its name's ``Job`` summary.
+
+A run is written twice: when it starts (``running``, in one transaction with its
+``Job`` row) and when it ends (``succeeded``, ``failed``; again one transaction). A
+skip or a store error is one write. A journal that cannot be written never changes the
+job: the job runs, skips or fails exactly as it would without a journal, and one
+warning line (stderr and the ``tslock_django`` logger) says that the journal missed
+the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.db import DatabaseError, connections, transaction
+from django.db.models import F
+from django.utils import timezone as dj_timezone
+
+from ..core.secrets import cut, scrub
+from . import outcomes
+from .schedules import Schedule
+
+logger = logging.getLogger("tslock_django")
+
+
+class Writable(Protocol):
+    """Where the journal's warning goes: a text stream or a command's ``stderr``."""
+
+    def write(self, text: str) -> Any: ...
+
+
+#: The most characters of ``detail``.
+DETAIL_LIMIT = 1000
+_HOST = socket.gethostname()
+
+#: Runs in progress in this process, by (provider alias, name, fencing token or
+#: handle id): keep-alive extensions move their ``deadline`` on (see ``_on_extended``).
+_active: dict[tuple[str, str], int] = {}
+_active_mutex = threading.Lock()
+
+
+def journal_database() -> str | None:
+    """The database alias of the journal (``TSLOCK_JOURNAL["using"]``), or ``None``
+    when ``TSLOCK_JOURNAL = None`` turns it off.
+
+    Raises:
+        ValueError: ``TSLOCK_JOURNAL`` is neither ``None`` nor ``{"using": alias}``.
+    """
+    configured = getattr(settings, "TSLOCK_JOURNAL", {"using": "default"})
+    if configured is None:
+        return None
+    if not isinstance(configured, Mapping) or set(configured) - {"using"}:
+        raise ValueError(
+            f"TSLOCK_JOURNAL must be None (no journal) or {{'using': '<database alias>'}}, got {configured!r}"
+        )
+    using = configured.get("using", "default")
+    if using not in settings.DATABASES:
+        raise ValueError(
+            f"TSLOCK_JOURNAL['using'] is {using!r}, which is not in DATABASES "
+            f"({', '.join(sorted(settings.DATABASES))})"
+        )
+    return str(using)
+
+
+def to_db(value: datetime) -> datetime:
+    """An aware time as the ORM stores it: naive local time where ``USE_TZ`` is off."""
+    return value if settings.USE_TZ else dj_timezone.make_naive(value)
+
+
+def from_db(value: datetime | None) -> datetime | None:
+    """A stored time as an aware UTC datetime, whatever ``USE_TZ`` says."""
+    if value is None:
+        return None
+    if dj_timezone.is_naive(value):
+        value = dj_timezone.make_aware(value)
+    return value.astimezone(timezone.utc)
+
+
+def secrets_to_hide() -> list[str]:
+    """The provider secrets that no journal ``detail`` may carry."""
+    from ..reporting import configured_secrets
+
+    return configured_secrets()
+
+
+def describe_failure(exc: BaseException | None = None, *, exit_status: int | None = None) -> str:
+    """The ``detail`` of a failed run: the exception's class and message, or the
+    program's exit status; scrubbed of provider secrets and cut to ``DETAIL_LIMIT``."""
+    if exc is not None:
+        message = str(exc)
+        text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    elif exit_status is not None and exit_status < 0:
+        text = f"killed by signal {-exit_status}"
+    else:
+        text = f"exit status {exit_status}"
+    return cut(scrub(text, secrets_to_hide()), DETAIL_LIMIT)
+
+
+class RunRecorder:
+    """The journal entry of one run. Made by :func:`begin`; every method is safe to
+    call whatever happens to the journal's database (failures become one warning)."""
+
+    def __init__(
+        self,
+        name: str,
+        alias: str,
+        using: str,
+        *,
+        schedule: Schedule | None = None,
+        stream: Writable | None = None,
+    ) -> None:
+        self.name = name
+        self.alias = alias
+        self.using = using
+        self.schedule = schedule
+        self.stream = stream
+        self.run_id: int | None = None
+        self.missed = False
+        self._started = 0.0
+        self._started_at: datetime | None = None
+        self._key: tuple[str, str] | None = None
+
+    # -- the four ways a run goes ------------------------------------------------------
+
+    def skipped(self, holder: Any | None) -> None:
+        """The lock was held elsewhere: one finished ``skipped`` row."""
+        held_by = str(getattr(holder, "locked_by", "") or "")[:255]
+        self._write(lambda now: self._single(now, outcomes.SKIPPED, held_by=held_by))
+
+    def errored(self, err: BaseException) -> None:
+        """The store failed and the job did not run: one finished ``error`` row."""
+        detail = describe_failure(err)
+        self._write(lambda now: self._single(now, outcomes.ERROR, detail=detail))
+
+    def started(self, held: Any) -> None:
+        """The lock is ours and the job is about to run: the ``running`` row."""
+        self._started = time.monotonic()
+        record = held.record
+        deadline = record.lock_until
+        self._write(lambda now: self._start(now, held, record, deadline))
+        if self.run_id is not None:
+            from ..signals import lock_extended
+
+            lock_extended.connect(_on_extended, dispatch_uid="tslock_journal_extended")
+            self._key = (self.alias, held.name)
+            with _active_mutex:
+                _active[self._key] = self.run_id
+
+    def finished(self, exc: BaseException | None = None, *, exit_status: int | None = None) -> None:
+        """The job ended: ``succeeded``, or ``failed`` when it raised ``exc`` or exited
+        with a status other than 0."""
+        if self._key is not None:
+            with _active_mutex:
+                if _active.get(self._key) == self.run_id:
+                    del _active[self._key]
+        if self.run_id is None:  # the start was not written; the warning is out already
+            return
+        failed = exc is not None or (exit_status is not None and exit_status != 0)
+        outcome = outcomes.FAILED if failed else outcomes.SUCCEEDED
+        detail = describe_failure(exc, exit_status=exit_status) if failed else ""
+        duration = time.monotonic() - self._started
+        self._write(lambda now: self._finish(now, outcome, duration, detail))
+
+    # -- the writes ------------------------------------------------------------------
+
+    def _write(self, work: Any) -> None:
+        if self.missed:
+            return
+        now = datetime.now(timezone.utc)
+        conn = connections[self.using]
+        try:
+            with transaction.atomic(using=self.using):
+                work(now)
+        except Exception as err:  # noqa: BLE001 - whatever it is, the job must not notice
+            self.missed = True
+            self.run_id = None
+            if not conn.in_atomic_block:
+                with contextlib.suppress(Exception):  # only tidying after the warning's cause
+                    conn.close_if_unusable_or_obsolete()
+            # One line, whatever the driver's message spans.
+            text = cut(" ".join(scrub(f"{type(err).__name__}: {err}", secrets_to_hide()).split()), 300)
+            line = (
+                f"tslock: the journal missed this run of {self.name!r} ({text}); "
+                "the job itself was not affected"
+            )
+            logger.warning(line)
+            with contextlib.suppress(OSError, ValueError):  # a closed stream must not fail the job
+                (self.stream or sys.stderr).write(line + "\n")
+
+    def _job(self, now: datetime) -> int:
+        """Make sure the name's ``Job`` row exists; returns how many rows the caller's
+        update must then touch (always 1)."""
+        from .models import Job
+
+        schedule = self.schedule
+        fields: dict[str, Any] = {"provider": self.alias}
+        if schedule is not None:
+            fields["schedule"] = schedule.text
+            fields["grace"] = schedule.grace.total_seconds()
+        jobs = Job.objects.using(self.using)
+        if not jobs.filter(name=self.name).update(**fields):
+            try:
+                with transaction.atomic(using=self.using):
+                    jobs.create(name=self.name, first_seen_at=to_db(now), **fields)
+            except DatabaseError:  # created meanwhile by another process
+                jobs.filter(name=self.name).update(**fields)
+        return 1
+
+    def _single(self, now: datetime, outcome: str, *, held_by: str = "", detail: str = "") -> None:
+        from .models import Job, Run
+
+        Run.objects.using(self.using).create(
+            name=self.name,
+            provider=self.alias,
+            outcome=outcome,
+            started_at=to_db(now),
+            finished_at=to_db(now),
+            duration=0.0,
+            host=_HOST,
+            pid=os.getpid(),
+            held_by=held_by,
+            detail=detail,
+        )
+        self._job(now)
+        counter = "runs_skipped" if outcome == outcomes.SKIPPED else "runs_error"
+        Job.objects.using(self.using).filter(name=self.name).update(
+            last_attempt_at=to_db(now), last_attempt_outcome=outcome, **{counter: F(counter) + 1}
+        )
+
+    def _start(self, now: datetime, held: Any, record: Any, deadline: datetime) -> None:
+        from .models import Job, Run
+
+        runs = Run.objects.using(self.using)
+        # An earlier run of this name still "running" past its deadline is lost: its
+        # process died, or it lost its lock (which is why this run could take it).
+        lost = runs.filter(name=self.name, outcome=outcomes.RUNNING, deadline__lte=to_db(now)).update(
+            outcome=outcomes.LOST
+        )
+        run = runs.create(
+            name=self.name,
+            provider=self.alias,
+            outcome=outcomes.RUNNING,
+            started_at=to_db(now),
+            host=_HOST,
+            pid=os.getpid(),
+            locked_by=str(record.locked_by or "")[:255],
+            fencing_token=held.fencing_token,
+            deadline=to_db(deadline),
+        )
+        self._job(now)
+        Job.objects.using(self.using).filter(name=self.name).update(
+            last_run_id=run.id,
+            last_outcome=outcomes.RUNNING,
+            last_started_at=to_db(now),
+            last_finished_at=None,
+            last_duration=None,
+            last_deadline=to_db(deadline),
+            last_detail="",
+            runs_lost=F("runs_lost") + lost,
+        )
+        self.run_id = run.id
+        self._started_at = now
+
+    def _finish(self, now: datetime, outcome: str, duration: float, detail: str) -> None:
+        from .models import Job, Run
+
+        assert self.run_id is not None
+        Run.objects.using(self.using).filter(id=self.run_id).update(
+            outcome=outcome, finished_at=to_db(now), duration=duration, detail=detail
+        )
+        fields: dict[str, Any] = {
+            "last_outcome": outcome,
+            "last_finished_at": to_db(now),
+            "last_duration": duration,
+            "last_detail": detail,
+        }
+        if outcome == outcomes.SUCCEEDED:
+            assert self._started_at is not None
+            fields["last_success_at"] = to_db(self._started_at)
+            fields["last_success_duration"] = duration
+            fields["last_success_run_id"] = self.run_id
+            fields["runs_succeeded"] = F("runs_succeeded") + 1
+        else:
+            fields["runs_failed"] = F("runs_failed") + 1
+        Job.objects.using(self.using).filter(name=self.name, last_run_id=self.run_id).update(**fields)
+
+
+def begin(
+    name: str, alias: str, *, schedule: Schedule | None = None, stream: Writable | None = None
+) -> RunRecorder | None:
+    """The recorder of a run about to start, or ``None`` when the journal is off."""
+    using = journal_database()
+    if using is None:
+        return None
+    return RunRecorder(name, alias, using, schedule=schedule, stream=stream)
+
+
+def _on_extended(*, alias: str, name: str, record: Any = None, **kwargs: Any) -> None:
+    """Keep-alive moved a lock's deadline: move its running row's ``deadline`` too, so
+    that a long run is not taken for lost."""
+    with _active_mutex:
+        run_id = _active.get((alias, name))
+    if run_id is None or record is None:
+        return
+    using = journal_database()
+    if using is None:
+        return
+    from .models import Job, Run
+
+    try:
+        deadline = to_db(record.lock_until)
+        Run.objects.using(using).filter(id=run_id, outcome=outcomes.RUNNING).update(deadline=deadline)
+        Job.objects.using(using).filter(name=name, last_run_id=run_id).update(last_deadline=deadline)
+    except Exception as err:  # noqa: BLE001 - keep-alive must go on whatever the journal does
+        logger.warning(
+            "tslock: the journal could not record the extension of %r: %s", name, type(err).__name__
+        )

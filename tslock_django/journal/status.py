@@ -1,0 +1,199 @@
+"""Reading the journal: whether each scheduled job is new, up, late or failing; a
+name's runs newest first; and a run's outcome as it stands now (``lost`` once a
+``running`` row's deadline has passed).
+
+The status rule, like a check of healthchecks.io:
+- *new*: the name has never run (listed, not alerting);
+- *failing*: its last finished run failed or was lost;
+- *late*: a period schedule whose last success is older than one period plus grace; a
+  cron schedule with no success since its last due time, once grace has passed (a
+  name that never succeeded counts from when it was first seen);
+- *up*: none of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+
+from ..core.times import format_time
+from . import outcomes
+from .models import Job, Run
+from .recorder import from_db, to_db
+from .schedules import Schedule, configured_schedules, parse_schedule, short_duration
+
+#: The statuses that make ``tslock overdue`` exit 1.
+ALERTING = ("late", "failing")
+STATUSES = ("new", "up", "late", "failing")
+
+
+def outcome_now(outcome: str, deadline: datetime | None, now: datetime) -> str:
+    """``outcome`` as it stands at ``now``: a ``running`` row past its deadline is ``lost``."""
+    if outcome == outcomes.RUNNING and deadline is not None and deadline <= now:
+        return outcomes.LOST
+    return outcome
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One scheduled name as ``tslock overdue``, the Runs page and the metrics see it."""
+
+    name: str
+    status: str
+    reason: str
+    schedule: Schedule | None
+    last_outcome: str
+    last_started_at: datetime | None
+    last_finished_at: datetime | None
+    last_duration: float | None
+    last_success_at: datetime | None
+    #: When it became (or becomes) due: for a late job, the missed due time.
+    due_at: datetime | None
+    provider: str = ""
+    detail: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        def iso(value: datetime | None) -> str | None:
+            return value.isoformat() if value else None
+
+        return {
+            "name": self.name,
+            "status": self.status,
+            "reason": self.reason,
+            "schedule": self.schedule.text if self.schedule else None,
+            "last_outcome": self.last_outcome or None,
+            "last_started_at": iso(self.last_started_at),
+            "last_success_at": iso(self.last_success_at),
+            "due_at": iso(self.due_at),
+        }
+
+
+def schedules_from_settings() -> dict[str, Schedule]:
+    """``TSLOCK_SCHEDULES``, read (a bad entry raises ``ValueError``)."""
+    return configured_schedules(getattr(settings, "TSLOCK_SCHEDULES", None))
+
+
+def job_schedule(job: Job | None, configured: Schedule | None) -> Schedule | None:
+    """The schedule of a name: ``TSLOCK_SCHEDULES`` first, else what its last run's
+    decorator declared (kept in its ``Job`` row)."""
+    if configured is not None:
+        return configured
+    if job is None or not job.schedule:
+        return None
+    grace = timedelta(seconds=job.grace) if job.grace is not None else None
+    try:
+        return parse_schedule(job.schedule, grace)
+    except ValueError:  # a schedule an older release accepted; not this reader's to fail on
+        return None
+
+
+def status_of(name: str, job: Job | None, schedule: Schedule | None, now: datetime) -> JobStatus:
+    """The status of one name at ``now`` (see the module's rule)."""
+    if job is None or job.last_started_at is None:
+        return JobStatus(
+            name, "new", "has never run", schedule, "", None, None, None, None, _first_due(schedule, now)
+        )
+    started = from_db(job.last_started_at)
+    assert started is not None  # checked above
+    finished = from_db(job.last_finished_at)
+    success = from_db(job.last_success_at)
+    outcome = outcome_now(job.last_outcome, from_db(job.last_deadline), now)
+    common: dict[str, Any] = {
+        "schedule": schedule,
+        "last_outcome": outcome,
+        "last_started_at": started,
+        "last_finished_at": finished,
+        "last_duration": job.last_duration,
+        "last_success_at": success,
+        "provider": job.provider,
+        "detail": job.last_detail,
+    }
+    due = _due(schedule, success or from_db(job.first_seen_at), success is not None, now)
+    if outcome == outcomes.FAILED:
+        reason = f"last run failed at {format_time(finished or started)}"
+        if job.last_detail:
+            reason += f": {job.last_detail}"
+        return JobStatus(name, "failing", reason, due_at=due, **common)
+    if outcome == outcomes.LOST:
+        reason = f"last run (started {format_time(started)}) was lost: its lock ended without a result"
+        return JobStatus(name, "failing", reason, due_at=due, **common)
+    if schedule is not None and due is not None and now > due + schedule.grace:
+        since = f"last success {format_time(success)}" if success else "no success yet"
+        reason = (
+            f"due at {format_time(due)} and not done within grace {short_duration(schedule.grace)} ({since})"
+        )
+        return JobStatus(name, "late", reason, due_at=due, **common)
+    next_due = due if due is not None and due > now else (schedule.next_due(now) if schedule else None)
+    return JobStatus(name, "up", "on time" if schedule else "not scheduled", due_at=next_due, **common)
+
+
+def _due(
+    schedule: Schedule | None, since: datetime | None, succeeded: bool, now: datetime
+) -> datetime | None:
+    """When the job was next due after ``since`` (its last success, or when first seen)."""
+    if schedule is None or since is None:
+        return None
+    if schedule.period is not None:
+        return since + schedule.period
+    last_due = schedule.last_due(now)
+    if last_due is not None and last_due > since:
+        return last_due  # a due time passed since the last success (or first sight)
+    return schedule.next_due(now)
+
+
+def _first_due(schedule: Schedule | None, now: datetime) -> datetime | None:
+    return schedule.next_due(now) if schedule is not None else None
+
+
+def statuses(
+    using: str, *, now: datetime | None = None, names: Iterable[str] | None = None
+) -> list[JobStatus]:
+    """The status of every scheduled name (``TSLOCK_SCHEDULES`` and names whose runs
+    declared a schedule), or of ``names``, sorted by name. One query for the rows."""
+    now = now or datetime.now(timezone.utc)
+    configured = schedules_from_settings()
+    jobs = Job.objects.using(using)
+    if names is not None:
+        wanted = set(names)
+        rows = {job.name: job for job in jobs.filter(name__in=wanted)}
+    else:
+        rows = {job.name: job for job in jobs.exclude(schedule="")}
+        rows.update({job.name: job for job in jobs.filter(name__in=set(configured) - set(rows))})
+        wanted = set(rows) | set(configured)
+    found = []
+    for name in sorted(wanted):
+        job = rows.get(name)
+        found.append(status_of(name, job, job_schedule(job, configured.get(name)), now))
+    return found
+
+
+def runs(
+    using: str,
+    *,
+    name: str | None = None,
+    outcome: str | None = None,
+    limit: int = 20,
+    before: tuple[datetime, int] | None = None,
+) -> list[Run]:
+    """Runs newest first (an index range: ``(name, started_at)`` or ``started_at``),
+    at most ``limit``, after the keyset ``before`` (a run's ``started_at`` and ``id``).
+    ``outcome="lost"`` finds the ``running`` rows past their deadline too."""
+    query = Run.objects.using(using)
+    if name is not None:
+        query = query.filter(name=name)
+    now = datetime.now(timezone.utc)
+    if outcome == outcomes.LOST:
+        query = query.filter(Q(outcome=outcomes.LOST) | Q(outcome=outcomes.RUNNING, deadline__lte=to_db(now)))
+    elif outcome == outcomes.RUNNING:
+        query = query.filter(Q(outcome=outcomes.RUNNING) & (Q(deadline__gt=to_db(now)) | Q(deadline=None)))
+    elif outcome is not None:
+        query = query.filter(outcome=outcome)
+    if before is not None:
+        at, run_id = before
+        query = query.filter(Q(started_at__lt=to_db(at)) | Q(started_at=to_db(at), id__lt=run_id))
+    return list(query.order_by("-started_at", "-id")[:limit])

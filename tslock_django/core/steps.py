@@ -22,7 +22,12 @@ h11's protocol code, at the size of a lock protocol::
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from .configuration import LockConfiguration
+    from .handle import SimpleLock
+    from .records import LockRecord
 
 Q = TypeVar("Q")
 T = TypeVar("T")
@@ -62,3 +67,47 @@ async def adrive(steps: Generator[Q, Any, T], send: Callable[[Q], Awaitable[Any]
                 request = steps.send(answer)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+class SteppedPrimitives:
+    """Mixin for a provider whose primitives are written as steps
+    (``_acquire_steps``, ``_unlock_steps``, ``_extend_steps``, ``_force_unlock_steps``):
+    the sync primitives drive them with ``_send``, the async ones with ``_asend``. Put
+    it before ``LockProvider`` in the bases."""
+
+    if TYPE_CHECKING:
+
+        def _send(self, request: Any) -> Any: ...
+        async def _asend(self, request: Any) -> Any: ...
+        def _acquire_steps(
+            self, config: LockConfiguration
+        ) -> Generator[Any, Any, SimpleLock | LockRecord | None]: ...
+        def _unlock_steps(self, held: SimpleLock) -> Generator[Any, Any, bool]: ...
+        def _extend_steps(
+            self, held: SimpleLock, config: LockConfiguration
+        ) -> Generator[Any, Any, SimpleLock | None]: ...
+        def _force_unlock_steps(self, name: str, expected: int | str | None) -> Generator[Any, Any, bool]: ...
+
+    def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+        return drive(self._acquire_steps(config), self._send)
+
+    def _unlock(self, held: SimpleLock) -> bool:
+        return drive(self._unlock_steps(held), self._send)
+
+    def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+        return drive(self._extend_steps(held, config), self._send)
+
+    def _force_unlock(self, name: str, expected: int | str | None) -> bool:
+        return drive(self._force_unlock_steps(name, expected), self._send)
+
+    async def _aacquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+        return await adrive(self._acquire_steps(config), self._asend)
+
+    async def _aunlock(self, held: SimpleLock) -> bool:
+        return await adrive(self._unlock_steps(held), self._asend)
+
+    async def _aextend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+        return await adrive(self._extend_steps(held, config), self._asend)
+
+    async def _aforce_unlock(self, name: str, expected: int | str | None) -> bool:
+        return await adrive(self._force_unlock_steps(name, expected), self._asend)

@@ -20,11 +20,11 @@ from ..core import decode
 from ..core.configuration import LockConfiguration
 from ..core.decode import Unreadable
 from ..core.durations import to_milliseconds
-from ..core.provider import LockProvider, SimpleLock
+from ..core.provider import Guarantee, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord
 from ..core.secrets import scrub, secret_forms
-from ..core.steps import adrive, drive
+from ..core.steps import SteppedPrimitives, drive
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
 from .http import PooledClient, Request, error_for_status, json_body, parse_json
@@ -39,7 +39,7 @@ Steps = Generator[Request, httpx.Response, T]
 MAX_LOCKED_BY = 255
 
 
-class DurableObjectLockProvider(LockProvider):
+class DurableObjectLockProvider(SteppedPrimitives, LockProvider):
     """A lock store on the companion Worker (one Durable Object per lock name).
 
     OPTIONS:
@@ -57,7 +57,7 @@ class DurableObjectLockProvider(LockProvider):
             benchmarks); not an OPTIONS key.
     """
 
-    guarantee: ClassVar = "strong"
+    guarantee: ClassVar[Guarantee] = "strong"
     default_options: ClassVar = DURABLE_OBJECT.defaults
     secret_options: ClassVar = frozenset({"token"})
     max_key_bytes: ClassVar[int] = CLOUDFLARE_MAX_KEY_BYTES
@@ -321,32 +321,14 @@ class DurableObjectLockProvider(LockProvider):
         }
 
     # -- the primitives --------------------------------------------------------------
-    # Each is written once, as steps (see core.steps): the sync methods send its request
-    # with the pooled httpx.Client, the async ones with an httpx.AsyncClient.
+    # Each is written once, as steps (see core.steps); SteppedPrimitives sends their
+    # requests with the pooled httpx.Client (_send) or an httpx.AsyncClient (_asend).
 
-    def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
-        return drive(self._acquire_steps(config), self._pool.send_request)
+    def _send(self, request: Request) -> httpx.Response:
+        return self._pool.send_request(request)
 
-    def _unlock(self, held: SimpleLock) -> bool:
-        return drive(self._unlock_steps(held), self._pool.send_request)
-
-    def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
-        return drive(self._extend_steps(held, config), self._pool.send_request)
-
-    def _force_unlock(self, name: str, expected: int | str | None) -> bool:
-        return drive(self._force_unlock_steps(name, expected), self._pool.send_request)
-
-    async def _aacquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
-        return await adrive(self._acquire_steps(config), self._async_pool().send_request)
-
-    async def _aunlock(self, held: SimpleLock) -> bool:
-        return await adrive(self._unlock_steps(held), self._async_pool().send_request)
-
-    async def _aextend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
-        return await adrive(self._extend_steps(held, config), self._async_pool().send_request)
-
-    async def _aforce_unlock(self, name: str, expected: int | str | None) -> bool:
-        return await adrive(self._force_unlock_steps(name, expected), self._async_pool().send_request)
+    async def _asend(self, request: Request) -> httpx.Response:
+        return await self._async_pool().send_request(request)
 
     def _acquire_steps(self, config: LockConfiguration) -> Steps[SimpleLock | LockRecord]:
         what = f"acquire {config.name!r}"

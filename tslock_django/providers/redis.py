@@ -43,7 +43,7 @@ from ..core.provider import Guarantee, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
 from ..core.secrets import cache_passwords, cut, scrub, url_passwords
-from ..core.steps import drive
+from ..core.steps import SteppedPrimitives, drive
 from ..exceptions import LockProviderError
 from .epoch import EPOCH, MAX_EPOCH_US
 from .options import DJANGO_REDIS_CACHE as DJANGO_REDIS_CACHE
@@ -64,7 +64,7 @@ def _us(duration: timedelta) -> int:
     return duration // _MICROSECOND
 
 
-class RedisLockProvider(AsyncRedis, LockProvider):
+class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
     """A lock store on one Redis primary (Redis 7 or later).
 
     OPTIONS (exactly one of ``url`` and ``cache``):
@@ -485,21 +485,11 @@ class RedisLockProvider(AsyncRedis, LockProvider):
 
     # -- the primitives --------------------------------------------------------------
 
-    # Each primitive is written once, as steps (see core.steps): the sync methods drive
-    # them through _roundtrip, the async ones (redis_async.AsyncRedis) through
-    # redis.asyncio.
+    # Each primitive is written once, as steps (see core.steps); SteppedPrimitives
+    # sends their commands through _roundtrip (_send) or redis.asyncio (redis_async).
 
-    def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
-        return drive(self._acquire_steps(config), self._roundtrip)
-
-    def _unlock(self, held: SimpleLock) -> bool:
-        return drive(self._unlock_steps(held), self._roundtrip)
-
-    def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
-        return drive(self._extend_steps(held, config), self._roundtrip)
-
-    def _force_unlock(self, name: str, expected: int | str | None) -> bool:
-        return drive(self._force_unlock_steps(name, expected), self._roundtrip)
+    def _send(self, packed: bytes) -> Any:
+        return self._roundtrip(packed)
 
     def _acquire_steps(self, config: LockConfiguration) -> Generator[bytes, Any, SimpleLock | LockRecord]:
         name, token = config.name, secrets.token_hex(16)

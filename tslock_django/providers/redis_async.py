@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncGenerator, Callable, Generator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -24,10 +24,6 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from ..core.aio import on_loop_shutdown
-from ..core.configuration import LockConfiguration
-from ..core.provider import SimpleLock
-from ..core.records import LockRecord
-from ..core.steps import adrive
 
 
 def async_url_pool(url: str, timeout: float) -> redis.asyncio.ConnectionPool:
@@ -152,35 +148,13 @@ async def _close(pool: redis.asyncio.ConnectionPool, kept: list[Any]) -> None:
 
 
 class AsyncRedis:
-    """The async primitives of ``RedisLockProvider``: its steps, driven by
-    :class:`AsyncEdge` (mixed into the provider)."""
+    """The asyncio side of ``RedisLockProvider`` (mixed in before
+    ``SteppedPrimitives``, which drives the provider's steps with ``_asend``)."""
 
     _async_edge: AsyncEdge
 
-    if TYPE_CHECKING:
-
-        def _acquire_steps(
-            self, config: LockConfiguration
-        ) -> Generator[bytes, Any, SimpleLock | LockRecord]: ...
-        def _unlock_steps(self, held: SimpleLock) -> Generator[bytes, Any, bool]: ...
-        def _extend_steps(
-            self, held: SimpleLock, config: LockConfiguration
-        ) -> Generator[bytes, Any, SimpleLock | None]: ...
-        def _force_unlock_steps(
-            self, name: str, expected: int | str | None
-        ) -> Generator[bytes, Any, bool]: ...
-
-    async def _aacquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
-        return await adrive(self._acquire_steps(config), self._async_edge.roundtrip)
-
-    async def _aunlock(self, held: SimpleLock) -> bool:
-        return await adrive(self._unlock_steps(held), self._async_edge.roundtrip)
-
-    async def _aextend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
-        return await adrive(self._extend_steps(held, config), self._async_edge.roundtrip)
-
-    async def _aforce_unlock(self, name: str, expected: int | str | None) -> bool:
-        return await adrive(self._force_unlock_steps(name, expected), self._async_edge.roundtrip)
+    async def _asend(self, packed: bytes) -> Any:
+        return await self._async_edge.roundtrip(packed)
 
     async def aclose(self) -> None:
         """Close the asyncio connections (call it on the loop that used them), then

@@ -18,7 +18,7 @@ from bench.stats import target
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("db", "contention", "do", "kv", "redis", "admin", "scale", "startup", "journal", "jobs")
+SECTIONS = ("db", "contention", "do", "kv", "redis", "async", "admin", "scale", "startup", "journal", "jobs")
 SERVERS = {"sqlite": None, "postgres": ("127.0.0.1", 5432), "mariadb": ("127.0.0.1", 3306)}
 #: Rows in tslock_lock for the scale section, per server (filled in this order).
 SCALE_SIZES = {"postgres": "1000,100000,1000000", "sqlite": "1000,100000"}
@@ -125,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("redis ...", file=sys.stderr, flush=True)
             report["redis"] = child("bench.redisbench", str(rounds), str(seconds))
+    if "async" in sections:
+        print("alock against lock() on Redis and Durable Objects ...", file=sys.stderr, flush=True)
+        report["async"] = child("bench.asyncbench", str(rounds), str(seconds))
+        report["missing"] += report["async"].pop("missing", [])
     if "admin" in sections:
         print("admin Locks page ...", file=sys.stderr, flush=True)
         report["admin"] = child("bench.adminbench", "1000,10000", "3" if args.quick else "9")
@@ -215,6 +219,10 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     from bench import jobbench
 
     found.update(jobbench.targets(report.get("jobs")))
+
+    from bench import asyncbench
+
+    found.update(asyncbench.targets(report.get("async")))
     httpx = report.get("startup", {}).get("httpx_imported")
     if httpx:
         found["httpx not imported without a Cloudflare provider"] = {
@@ -328,6 +336,9 @@ def render(report: dict[str, Any]) -> str:
     from bench import redisbench
 
     lines += redisbench.render(report.get("redis"))
+    from bench import asyncbench
+
+    lines += asyncbench.render(report.get("async"))
     start = report.get("startup")
     if start:
         imp, cmd = start["import_tslock_django"], start["command"]

@@ -239,14 +239,6 @@ def test_reentrancy_is_per_provider() -> None:
         assert providers["other"].lock(LockConfiguration("job", "1m")) is None
 
 
-def test_coroutine_functions_are_refused() -> None:
-    async def job() -> None:
-        pass
-
-    with pytest.raises(TypeError, match="cannot decorate the coroutine function"):
-        lock("job", "1m")(job)
-
-
 def test_a_failing_signal_receiver_does_not_strand_the_lock(caplog: pytest.LogCaptureFixture) -> None:
     def broken(**kwargs: object) -> None:
         raise RuntimeError("receiver bug")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import providers
+    from .alocking import alock
     from .core.clock import ClockProvider, MutableClock, SystemClock
     from .core.configuration import LockConfiguration
     from .core.executor import HeldLock, LockingTaskExecutor, TaskResult, assert_locked, current_lock
@@ -67,6 +68,7 @@ _EXPORTS = {
     "TslockError": ".exceptions",
     "UnsupportedQuery": ".exceptions",
     "lock": ".locking",
+    "alock": ".alocking",
     "locked_task": ".tasks",
 }
 
@@ -94,6 +96,7 @@ __all__ = [
     "TslockError",
     "UnreadableRecord",
     "UnsupportedQuery",
+    "alock",
     "assert_locked",
     "current_lock",
     "lock",

@@ -2,14 +2,20 @@
 ``lock(..., journal=True)``, ``tslock run`` and ``locked_task`` share.
 
 ``GuardedRun.enter()`` takes the lock (journaling a skip or a store error when it cannot),
-``GuardedRun.exit()`` journals how the job ended and gives the lock back. The lock
+``GuardedRun.exit()`` journals how the job ended and gives the lock back
+(``aenter``/``aexit`` for asyncio code: the same steps in the same order). The lock
 rules stay in :mod:`tslock_django.core.executor`; the journal's writes in
-:mod:`tslock_django.journal.recorder`; the run's OpenTelemetry span in
-:mod:`tslock_django.tracing`; this module only puts them in order.
+:mod:`tslock_django.journal.recorder`; this module only puts them in order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+
+from .core.aexecutor import agive_back, atake
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
 from .core.executor import HeldLock, give_back, take
@@ -18,6 +24,8 @@ from .journal.recorder import RunRecorder, Writable, begin
 from .journal.schedules import Schedule
 from .tracing import RunSpan
 from .tracing import begin as begin_span
+
+T = TypeVar("T")
 
 
 class GuardedRun:
@@ -67,25 +75,77 @@ class GuardedRun:
         """
         from . import providers
 
-        if self.journal:
-            self._recorder = begin(self.config.name, self.using, schedule=self.schedule, stream=self.stream)
-            self._span = begin_span(self.config.name, self.using)
+        self._begin()
         try:
             held, acquired = take(
                 providers.get(self.using), self.config, keep_alive=self.keep_alive, wait=self.wait
             )
-        except LockHeld as refused:
-            if self._recorder is not None:
-                self._recorder.skipped(refused.holder)
-            if self._span is not None:
-                self._span.skipped(refused.holder)
+        except (LockHeld, LockProviderError, InvalidLockProvider) as err:
+            self._not_taken(err)
             raise
-        except (LockProviderError, InvalidLockProvider) as err:
-            if self._recorder is not None:
-                self._recorder.errored(err)
-            if self._span is not None:
-                self._span.errored(err)
+        return self._took(held, acquired)
+
+    async def aenter(self) -> HeldLock:
+        """:meth:`enter` for asyncio code: the lock through the provider's async
+        methods, the journal's writes through ``sync_to_async`` (they are ORM writes)."""
+        from . import providers
+
+        await self._journaling(self._begin)
+        try:
+            provider = providers.get(self.using)
+            held, acquired = await atake(provider, self.config, keep_alive=self.keep_alive, wait=self.wait)
+        except (LockHeld, LockProviderError, InvalidLockProvider) as err:
+            await self._journaling(self._not_taken, err)
             raise
+        return await self._journaling(self._took, held, acquired)
+
+    def exit(self, exc: BaseException | None = None, *, exit_status: int | None = None) -> None:
+        """Journal how the job ended (``exc`` it raised, or a program's ``exit_status``)
+        and give the lock back (honouring ``lock_at_least_for``)."""
+        held = self.held
+        if held is None:
+            return
+        try:
+            self._ended(exc, exit_status, held.lost.is_set())
+        finally:
+            self.held = None
+            try:
+                give_back(held, self._acquired)
+            finally:
+                self._span_ended(exc, exit_status)
+
+    async def aexit(self, exc: BaseException | None = None) -> None:
+        """:meth:`exit` for asyncio code; the lock is given back even if the task is
+        cancelled meanwhile."""
+        held = self.held
+        if held is None:
+            return
+        try:
+            await self._journaling(self._ended, exc, None, held.lost.is_set())
+        finally:
+            self.held = None
+            try:
+                await agive_back(held, self._acquired)
+            finally:
+                self._span_ended(exc, None)
+
+    # The journal's part of a run, in the order both paths follow.
+
+    def _begin(self) -> None:
+        if self.journal:
+            self._recorder = begin(self.config.name, self.using, schedule=self.schedule, stream=self.stream)
+            self._span = begin_span(self.config.name, self.using)
+
+    def _not_taken(self, err: BaseException) -> None:
+        for entry in (self._recorder, self._span):
+            if entry is None:
+                continue
+            if isinstance(err, LockHeld):
+                entry.skipped(err.holder)
+            else:
+                entry.errored(err)
+
+    def _took(self, held: HeldLock, acquired: bool) -> HeldLock:
         self.held, self._acquired = held, acquired
         if not acquired:
             # Re-entrant: the outer run holds the lock, journals and traces the run.
@@ -97,22 +157,26 @@ class GuardedRun:
                 self._span.started(held)
         return held
 
-    def exit(self, exc: BaseException | None = None, *, exit_status: int | None = None) -> None:
-        """Journal how the job ended (``exc`` it raised, or a program's ``exit_status``)
-        and give the lock back (honouring ``lock_at_least_for``)."""
-        held = self.held
-        if held is None:
-            return
-        if isinstance(exc, SystemExit) and exc.code in (0, None):
-            exc = None  # sys.exit(0) is a success
-        try:
-            if self._recorder is not None:
-                self._recorder.finished(exc, exit_status=exit_status, lock_lost=held.lost.is_set())
-        finally:
-            self.held = None
-            try:
-                give_back(held, self._acquired)
-            finally:
-                if self._span is not None:
-                    self._span.finished(exc, exit_status=exit_status)
-                    self._span = None
+    def _ended(self, exc: BaseException | None, exit_status: int | None, lock_lost: bool) -> None:
+        if self._recorder is not None:
+            self._recorder.finished(_failure(exc), exit_status=exit_status, lock_lost=lock_lost)
+
+    def _span_ended(self, exc: BaseException | None, exit_status: int | None) -> None:
+        """The span ends after the lock is given back, so it covers the release."""
+        if self._span is not None:
+            self._span.finished(_failure(exc), exit_status=exit_status)
+            self._span = None
+
+    async def _journaling(self, step: Callable[..., T], *args: Any) -> T:
+        """Run a journal step from asyncio code: on Django's thread for the ORM when
+        the journal is on, else at once (it then touches no database)."""
+        if not self.journal:
+            return step(*args)
+        return await sync_to_async(step, thread_sensitive=True)(*args)
+
+
+def _failure(exc: BaseException | None) -> BaseException | None:
+    """What a run that ended with ``exc`` failed of: ``sys.exit(0)`` is a success."""
+    if isinstance(exc, SystemExit) and exc.code in (0, None):
+        return None
+    return exc

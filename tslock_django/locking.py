@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
@@ -45,8 +45,16 @@ class lock:
 
     Each call or ``with`` acquires afresh; one ``lock`` object may be shared by threads
     and tasks. Re-entrant: inside a block that holds the same name on the same provider,
-    no second acquisition happens. Coroutine functions cannot be decorated (the lock
-    would be released before the coroutine runs).
+    no second acquisition happens.
+
+    Decorating a coroutine function gives a coroutine function that holds the lock
+    while it is awaited, through the provider's async I/O (see :class:`alock`, the
+    ``async with`` form)::
+
+        @lock("sync-prices", lock_at_most_for="5m")
+        async def sync_prices(): ...
+
+    A call that is skipped returns ``None``; a cancelled call leaves no lock behind.
 
     Args:
         name: the lock name.
@@ -72,7 +80,7 @@ class lock:
         *,
         using: str = "default",
         keep_alive: bool = False,
-        wait: DurationLike = 0,
+        wait: DurationLike | None = 0,
         on_locked: OnLocked = "skip",
         journal: bool = False,
     ) -> None:
@@ -81,7 +89,7 @@ class lock:
         self.config = LockConfiguration(name, lock_at_most_for, lock_at_least_for)
         self.using = using
         self.keep_alive = keep_alive
-        self.wait = wait
+        self.wait = wait or 0
         self.on_locked = on_locked
         self.journal = journal
 
@@ -96,12 +104,20 @@ class lock:
     def __enter__(self) -> HeldLock:
         run = self._run()
         held = run.enter()
-        _entered.set((*_entered.get(), (self, run)))
+        self._entering(run)
         return held
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._leaving().exit(exc)
+
+    def _entering(self, run: GuardedRun) -> None:
+        """Note the run this ``with`` (or ``async with``) entered in this thread or task."""
+        _entered.set((*_entered.get(), (self, run)))
+
+    def _leaving(self) -> GuardedRun:
+        """The run this ``with`` (or ``async with``) entered in this thread or task."""
         entries = _entered.get()
         mine = [i for i, (owner, _) in enumerate(entries) if owner is self]
         if not mine:
@@ -112,17 +128,24 @@ class lock:
         index = mine[-1]
         _, run = entries[index]
         _entered.set(entries[:index] + entries[index + 1 :])
-        run.exit(exc)
+        return run
 
     # -- decorator -------------------------------------------------------------------
 
-    def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]:
-        if inspect.iscoroutinefunction(func):
-            raise TypeError(
-                f"lock() cannot decorate the coroutine function {func.__qualname__}: the lock would be "
-                "released before the coroutine runs; use `with lock(...)` inside a sync function instead"
-            )
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, func: Callable[P, Coroutine[Any, Any, R]]
+    ) -> Callable[P, Coroutine[Any, Any, R | None]]: ...
 
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R | None]: ...
+
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
+        if inspect.iscoroutinefunction(func):
+            return self._decorate_coroutine_function(func)
+        return self._decorate_function(func)
+
+    def _decorate_function(self, func: Callable[P, R]) -> Callable[P, R | None]:
         @functools.wraps(func)
         def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
             run = self._run()
@@ -138,6 +161,28 @@ class lock:
                 run.exit(exc)
                 raise
             run.exit()
+            return result
+
+        return locked
+
+    def _decorate_coroutine_function(
+        self, func: Callable[P, Coroutine[Any, Any, R]]
+    ) -> Callable[P, Coroutine[Any, Any, R | None]]:
+        @functools.wraps(func)
+        async def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
+            run = self._run()
+            try:
+                await run.aenter()
+            except LockHeld:
+                if self.on_locked == "raise":
+                    raise
+                return None
+            try:
+                result = await func(*args, **kwargs)
+            except BaseException as exc:  # a cancellation too: the run ends, the lock is released
+                await run.aexit(exc)
+                raise
+            await run.aexit()
             return result
 
         return locked

@@ -18,13 +18,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ..exceptions import LockHeld, LockProviderError, TslockError
+from .aio import finish
 from .configuration import LockConfiguration
 from .durations import DurationLike, parse_duration
 from .provider import Attempt, LockProvider, SimpleLock
 from .records import LockRecord
+
+if TYPE_CHECKING:
+    from .keepalive import AsyncKeepAlive, KeepAlive
 
 logger = logging.getLogger("tslock_django")
 
@@ -70,12 +74,21 @@ class HeldLock:
         self._at_least_ends = sent + handle.lock_at_least_for.total_seconds()
         self.lost = threading.Event()
         self.released = False
-        self._keep_alive = None
+        self._keep_alive: KeepAlive | AsyncKeepAlive | None = None
         if keep_alive:
             from .keepalive import KeepAlive
 
             self._keep_alive = KeepAlive(self)
             self._keep_alive.start()
+
+    def keep_alive_in_task(self) -> None:
+        """Start keep-alive as an asyncio task of the running loop (the async path's
+        counterpart of ``keep_alive=True``); :meth:`arelease` stops it."""
+        from .keepalive import AsyncKeepAlive
+
+        keeper = AsyncKeepAlive(self)
+        self._keep_alive = keeper
+        keeper.start()
 
     @property
     def name(self) -> str:
@@ -110,13 +123,29 @@ class HeldLock:
             if self.released:
                 return True
             sent = time.monotonic()
-            at_least = timedelta(seconds=max(0.0, self._at_least_ends - sent))
-            successor = self._handle.extend(self.lock_at_most_for, min(at_least, self.lock_at_most_for))
-            if successor is None:
-                return False
-            self._handle = successor
-            self._expires = sent + self.lock_at_most_for.total_seconds()
+            successor = self._handle.extend(*self._extension(sent))
+            return self._extended(successor, sent)
+
+    async def aextend_now(self) -> bool:
+        """:meth:`extend_now` for asyncio code (used by the asyncio keep-alive)."""
+        if self.released:
             return True
+        sent = time.monotonic()
+        successor = await self._handle.aextend(*self._extension(sent))
+        return self._extended(successor, sent)
+
+    def _extension(self, sent: float) -> tuple[timedelta, timedelta]:
+        """The durations of an extension sent at ``sent``: ``lock_at_most_for`` again,
+        and what is left of the at-least time."""
+        at_least = timedelta(seconds=max(0.0, self._at_least_ends - sent))
+        return self.lock_at_most_for, min(at_least, self.lock_at_most_for)
+
+    def _extended(self, successor: SimpleLock | None, sent: float) -> bool:
+        if successor is None:
+            return False
+        self._handle = successor
+        self._expires = sent + self.lock_at_most_for.total_seconds()
+        return True
 
     def release(self) -> None:
         """Stop keep-alive and unlock (honouring ``lock_at_least_for``).
@@ -126,17 +155,43 @@ class HeldLock:
         """
         if self._keep_alive is not None:
             self._keep_alive.stop()
-        with self._mutex:
-            if self.released:
-                return
-            self.released = True
-            handle = self._handle
+        handle = self._releasing()
+        if handle is None:
+            return
         try:
             handle.unlock()
         except LockProviderError as err:
-            logger.error(
-                "could not release lock %r (it expires at %s): %s", self.name, handle.record.lock_until, err
-            )
+            self._release_failed(handle, err)
+
+    async def arelease(self) -> None:
+        """:meth:`release` for asyncio code. Runs to its end even if the awaiting task
+        is cancelled meanwhile (the cancellation is raised afterwards), so a cancelled
+        task leaves no lock behind."""
+        await finish(self._arelease())
+
+    async def _arelease(self) -> None:
+        if self._keep_alive is not None:
+            await self._keep_alive.astop()
+        handle = self._releasing()
+        if handle is None:
+            return
+        try:
+            await handle.aunlock()
+        except LockProviderError as err:
+            self._release_failed(handle, err)
+
+    def _releasing(self) -> SimpleLock | None:
+        """Mark released; the handle to unlock, or ``None`` if already released."""
+        with self._mutex:
+            if self.released:
+                return None
+            self.released = True
+            return self._handle
+
+    def _release_failed(self, handle: SimpleLock, err: LockProviderError) -> None:
+        logger.error(
+            "could not release lock %r (it expires at %s): %s", self.name, handle.record.lock_until, err
+        )
 
     def __repr__(self) -> str:
         return f"<HeldLock {self.name!r} on {self.provider.alias!r} fencing={self.fencing_token}>"
@@ -185,17 +240,33 @@ def acquire(
     Polls start at 50 ms and back off to 1 s with jitter, so a manual run that waits
     does not hammer the store. Store failures are raised at once, never retried here.
     """
-    budget = parse_duration(wait, field="wait").total_seconds()
-    deadline = time.monotonic() + budget
-    pause = 0.05
+    polls = Polls(wait)
     while True:
         sent = time.monotonic()
         attempt = provider.attempt(config)
-        left = deadline - time.monotonic()
-        if attempt.held is not None or left <= 0:
+        pause = polls.pause_after(attempt)
+        if pause is None:
             return attempt, sent
-        time.sleep(min(left, pause * random.uniform(0.8, 1.2)))
-        pause = min(pause * 2, 1.0)
+        time.sleep(pause)
+
+
+class Polls:
+    """When to ask again while a lock is held elsewhere, within a ``wait`` budget (one
+    rule for the sync and the asyncio path)."""
+
+    def __init__(self, wait: DurationLike | None) -> None:
+        budget = parse_duration(wait or 0, field="wait").total_seconds()
+        self.deadline = time.monotonic() + budget
+        self.pause = 0.05
+
+    def pause_after(self, attempt: Attempt) -> float | None:
+        """How long to sleep before the next attempt; ``None``: stop with this one."""
+        left = self.deadline - time.monotonic()
+        if attempt.held is not None or left <= 0:
+            return None
+        pause = min(left, self.pause * random.uniform(0.8, 1.2))
+        self.pause = min(self.pause * 2, 1.0)
+        return pause
 
 
 def take(
@@ -211,16 +282,38 @@ def take(
         LockProviderError: the store failed.
         ValueError: keep-alive on a store that cannot extend that often.
     """
-    existing = current_lock(config.name, provider.alias)
+    existing = already_held(provider, config, keep_alive)
     if existing is not None:
         return existing, False
-    check_keep_alive(provider, config, keep_alive)
     attempt, sent = acquire(provider, config, wait=wait)
+    return hold(attempt, config, sent, keep_alive=keep_alive), True
+
+
+def already_held(provider: LockProvider, config: LockConfiguration, keep_alive: bool) -> HeldLock | None:
+    """The holding of ``config`` this context already has (re-entrant use), else
+    ``None`` after checking that keep-alive can work on this store."""
+    existing = current_lock(config.name, provider.alias)
+    if existing is None:
+        check_keep_alive(provider, config, keep_alive)
+    return existing
+
+
+def hold(attempt: Attempt, config: LockConfiguration, sent: float, *, keep_alive: bool | str) -> HeldLock:
+    """Turn a granted attempt into the ``HeldLock`` of this context, or raise
+    ``LockHeld``. The one place where the sync and the asyncio path record that a
+    holding begins (``give_back`` is where it ends): hooks that follow every run (a
+    journal) belong here.
+
+    Args:
+        keep_alive: ``True`` for a keep-alive thread, ``"task"`` for an asyncio task.
+    """
     if attempt.held is None:
         raise LockHeld(config.name, attempt.holder)
-    held = HeldLock(attempt.held, keep_alive=keep_alive, sent_at=sent)
+    held = HeldLock(attempt.held, keep_alive=keep_alive is True, sent_at=sent)
+    if keep_alive == "task":
+        held.keep_alive_in_task()
     _held.set((*_held.get(), held))
-    return held, True
+    return held
 
 
 def give_back(held: HeldLock, acquired: bool) -> None:
@@ -233,9 +326,14 @@ def give_back(held: HeldLock, acquired: bool) -> None:
     if not acquired:
         return
     try:
-        _held.set(tuple(h for h in _held.get() if h is not held))
+        forget(held)
     finally:
         held.release()
+
+
+def forget(held: HeldLock) -> None:
+    """Remove ``held`` from this context's holdings (both paths end a holding here)."""
+    _held.set(tuple(h for h in _held.get() if h is not held))
 
 
 class LockingTaskExecutor:

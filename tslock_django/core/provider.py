@@ -1,36 +1,43 @@
-"""The provider base class and the lock handle.
+"""The provider base class (the lock handle is in ``handle``).
 
 A provider implements four primitives (``_acquire``, ``_unlock``, ``_extend``,
 ``_force_unlock``) plus ``_query`` (one page of a listing); the base class turns them
 into the public contract: validation, signals, single-use handles, signed listing
 cursors and the rule that a store failure is a
 :class:`~tslock_django.exceptions.LockProviderError`, never ``None``.
+
+For asyncio code each primitive has an async twin (``_aacquire``...), by default the
+sync one in a worker thread; providers with an async client override them. The rules
+around them (``_attempt_begins``/``_attempt_ends``, ``_check_expected``...) are the
+sync path's own, so both paths behave alike.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import socket
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
-
-from django.dispatch import Signal
 
 from .. import signals
 from ..exceptions import (
     InvalidCursor,
     InvalidLockProvider,
     LockProviderError,
-    StaleLockHandle,
     UnsupportedQuery,
 )
+from .aio import finish, in_thread
 from .clock import ClockProvider, SystemClock
 from .configuration import LockConfiguration
-from .durations import DurationLike
+
+# The handle lives in its own module; providers have always imported it from here.
+from .handle import Attempt as Attempt
+from .handle import SimpleLock as SimpleLock
 
 # REQUIRED and the words stay importable from here, where providers have always found them.
 from .options import FALSE_WORDS as FALSE_WORDS
@@ -51,6 +58,8 @@ from .query import (
 from .records import ListedRecord, LockRecord
 
 Guarantee = Literal["strong", "advisory"]
+
+logger = logging.getLogger("tslock_django")
 
 #: The largest fencing token a store keeps: a signed 64-bit integer (the database's
 #: BIGINT, Redis's integers). Tokens start at 1 and only grow, so none is below 0.
@@ -73,137 +82,6 @@ def check_fencing_token(name: str, token: int) -> None:
 def default_locked_by() -> str:
     """``host:pid``: enough for an operator to find the process that holds a lock."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class SimpleLock:
-    """A held lock. Single-use: after ``unlock()`` or a successful ``extend()`` this
-    handle raises :class:`~tslock_django.exceptions.StaleLockHandle`.
-
-    Attributes:
-        record: the :class:`LockRecord` this handle holds (with its token).
-        lock_at_least_until: the earliest moment ``unlock()`` can free the lock.
-        provider: the provider that granted it.
-    """
-
-    def __init__(
-        self,
-        provider: LockProvider,
-        record: LockRecord,
-        *,
-        lock_at_most_for: timedelta,
-        lock_at_least_for: timedelta,
-        lock_at_least_until: datetime,
-    ) -> None:
-        self.provider = provider
-        self.record = record
-        self.lock_at_most_for = lock_at_most_for
-        self.lock_at_least_for = lock_at_least_for
-        self.lock_at_least_until = lock_at_least_until
-        self._spent: str | None = None
-        self._mutex = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self.record.name
-
-    @property
-    def fencing_token(self) -> int | None:
-        """The store's per-name acquisition counter (``None`` on Workers KV)."""
-        return self.record.fencing_token
-
-    @property
-    def token(self) -> str:
-        return self.record.token
-
-    def _check_unspent(self) -> None:
-        """Raise if used up; call with ``_mutex`` held."""
-        if self._spent:
-            raise StaleLockHandle(
-                f"this handle for lock {self.name!r} was already used by {self._spent}(); "
-                "use the handle that extend() returned"
-            )
-
-    def _spend(self, how: str) -> None:
-        with self._mutex:
-            self._check_unspent()
-            self._spent = how
-
-    def unlock(self) -> bool:
-        """Release the lock, keeping it held until ``lock_at_least_until`` if that is later.
-
-        Returns:
-            ``True`` if the lock was still ours and is now released; ``False`` if it had
-            already expired or changed hands (nothing was changed then).
-
-        Raises:
-            StaleLockHandle: the handle was already unlocked or extended.
-            LockProviderError: the store failed; the handle stays usable, so ``unlock()``
-                may be retried; otherwise the lock expires at ``lock_until``.
-        """
-        self._spend("unlock")
-        try:
-            released = self.provider._unlock(self)
-        except LockProviderError:
-            # The store did not answer: the handle still owns the lock, so the caller
-            # may retry (Workers KV answers 429 to a second write within a second).
-            with self._mutex:
-                self._spent = None
-            raise
-        self.notify(signals.lock_released, released=released)
-        return released
-
-    def extend(
-        self, lock_at_most_for: DurationLike, lock_at_least_for: DurationLike = 0
-    ) -> SimpleLock | None:
-        """Hold the lock for ``lock_at_most_for`` from now (store time).
-
-        Returns:
-            A new handle (this one becomes unusable), or ``None`` if the lock is no
-            longer ours (expired or taken); this handle then stays usable for ``unlock``.
-
-        Raises:
-            ValueError: bad durations.
-            StaleLockHandle: the handle was already unlocked or extended.
-            LockProviderError: the store failed.
-        """
-        config = LockConfiguration(self.name, lock_at_most_for, lock_at_least_for)
-        with self._mutex:
-            self._check_unspent()
-            successor = self.provider._extend(self, config)
-            if successor is not None:
-                self._spent = "extend"
-        if successor is not None:
-            successor.notify(signals.lock_extended)
-        return successor
-
-    def notify(self, signal: Signal, **extra: object) -> None:
-        """Send ``signal`` about this holding, with the arguments every tslock signal
-        carries (``alias``, ``name``, ``record``, the durations) plus ``extra``."""
-        signals.notify(
-            signal,
-            sender=type(self.provider),
-            alias=self.provider.alias,
-            name=self.name,
-            record=self.record,
-            lock_at_most_for=self.lock_at_most_for,
-            lock_at_least_for=self.lock_at_least_for,
-            **extra,
-        )
-
-    def __repr__(self) -> str:
-        state = f" spent by {self._spent}()" if self._spent else ""
-        return (
-            f"<SimpleLock {self.name!r} on {self.provider.alias!r} until "
-            f"{self.record.lock_until.isoformat()} fencing={self.fencing_token}{state}>"
-        )
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """The outcome of one acquire: ``held`` when acquired, else ``holder`` (if known)."""
-
-    held: SimpleLock | None
-    holder: LockRecord | None
 
 
 class LockProvider(ABC):
@@ -281,25 +159,85 @@ class LockProvider(ABC):
     def attempt(self, config: LockConfiguration) -> Attempt:
         """Like :meth:`lock`, but also returns the holder's record when the store
         reported it, so a skip can say who holds the lock without another round trip."""
+        self._attempt_begins(config)
+        try:
+            outcome = self._acquire(config)
+        except Exception as err:
+            self._attempt_failed(config, err)
+            raise
+        return self._attempt_ends(config, outcome)
+
+    async def alock(self, config: LockConfiguration) -> SimpleLock | None:
+        """:meth:`lock` for asyncio code: the same rules, returns and errors.
+
+        A task cancelled while the request is in flight leaves no lock behind: the
+        request is let finish and, if the store granted the lock, it is released
+        before the cancellation goes on."""
+        return (await self.aattempt(config)).held
+
+    async def aattempt(self, config: LockConfiguration) -> Attempt:
+        """:meth:`attempt` for asyncio code (see :meth:`alock` on cancellation)."""
+        self._attempt_begins(config)
+        acquiring = asyncio.ensure_future(self._aacquire(config))
+        try:
+            outcome = await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            await finish(self._give_up_acquire(config, acquiring))
+            raise
+        except Exception as err:
+            self._attempt_failed(config, err)
+            raise
+        return self._attempt_ends(config, outcome)
+
+    async def _give_up_acquire(
+        self, config: LockConfiguration, acquiring: asyncio.Future[SimpleLock | LockRecord | None]
+    ) -> None:
+        """The caller was cancelled while acquiring: wait for the store's answer and
+        release what it granted, so no lock is left held by nobody."""
+        try:
+            outcome = await acquiring
+        except LockProviderError:
+            return  # nothing was granted (or the store cannot say): nothing to release
+        attempt = self._attempt_ends(config, outcome)
+        if attempt.held is not None:
+            try:
+                await attempt.held.aunlock()
+            except LockProviderError as err:
+                logger.error(
+                    "acquiring lock %r was cancelled after the store granted it, and releasing it "
+                    "failed (it expires at %s): %s",
+                    config.name,
+                    attempt.held.record.lock_until,
+                    err,
+                )
+
+    def _attempt_begins(self, config: LockConfiguration) -> None:
+        """What every acquire does before asking the store: check the name and send
+        ``lock_attempted``."""
         self.validate_name(config.name)
-        sender = type(self)
-        common = {
+        signals.notify(signals.lock_attempted, sender=type(self), record=None, **self._common(config))
+
+    def _attempt_ends(self, config: LockConfiguration, outcome: SimpleLock | LockRecord | None) -> Attempt:
+        """What every acquire does with the store's answer: send ``lock_acquired`` or
+        ``lock_skipped`` and return the :class:`Attempt`."""
+        common = self._common(config)
+        if isinstance(outcome, SimpleLock):
+            signals.notify(signals.lock_acquired, sender=type(self), record=outcome.record, **common)
+            return Attempt(outcome, None)
+        signals.notify(signals.lock_skipped, sender=type(self), record=outcome, **common)
+        return Attempt(None, outcome)
+
+    def _attempt_failed(self, config: LockConfiguration, err: Exception) -> None:
+        """The store failed while acquiring: send ``lock_failed`` (the caller re-raises)."""
+        signals.notify(signals.lock_failed, sender=type(self), record=None, error=err, **self._common(config))
+
+    def _common(self, config: LockConfiguration) -> dict[str, Any]:
+        return {
             "alias": self.alias,
             "name": config.name,
             "lock_at_most_for": config.lock_at_most_for,
             "lock_at_least_for": config.lock_at_least_for,
         }
-        signals.notify(signals.lock_attempted, sender=sender, record=None, **common)
-        try:
-            outcome = self._acquire(config)
-        except Exception as err:
-            signals.notify(signals.lock_failed, sender=sender, record=None, error=err, **common)
-            raise
-        if isinstance(outcome, SimpleLock):
-            signals.notify(signals.lock_acquired, sender=sender, record=outcome.record, **common)
-            return Attempt(outcome, None)
-        signals.notify(signals.lock_skipped, sender=sender, record=outcome, **common)
-        return Attempt(None, outcome)
 
     def force_unlock(self, name: str, *, expected: int | str | None) -> bool:
         """Release ``name`` whoever holds it: the operator's escape hatch.
@@ -318,6 +256,15 @@ class LockProvider(ABC):
                 holding: a fencing token out of 0..``MAX_FENCING_TOKEN``, an empty token.
             LockProviderError: the store failed.
         """
+        self._check_expected(name, expected)
+        return self._force_released(name, expected, self._force_unlock(name, expected))
+
+    async def aforce_unlock(self, name: str, *, expected: int | str | None) -> bool:
+        """:meth:`force_unlock` for asyncio code: the same rules, returns and errors."""
+        self._check_expected(name, expected)
+        return self._force_released(name, expected, await self._aforce_unlock(name, expected))
+
+    def _check_expected(self, name: str, expected: object) -> None:
         self.validate_name(name)
         if isinstance(expected, bool) or not isinstance(expected, (int, str, type(None))) or expected == "":
             # "" would match a released record's empty token in some stores.
@@ -326,7 +273,8 @@ class LockProvider(ABC):
             )
         if isinstance(expected, int):
             check_fencing_token(name, expected)
-        released = self._force_unlock(name, expected)
+
+    def _force_released(self, name: str, expected: int | str | None, released: bool) -> bool:
         signals.notify(
             signals.lock_force_released,
             sender=type(self),
@@ -521,6 +469,12 @@ class LockProvider(ABC):
     def close(self) -> None:  # noqa: B027  (an optional hook, not an abstract method)
         """Free connections or clients; the provider may be used again afterwards."""
 
+    async def aclose(self) -> None:
+        """Free connections or clients, the async ones included (call it on the event
+        loop that used them); the provider may be used again afterwards. By default
+        :meth:`close`."""
+        self.close()
+
     # -- for subclasses ------------------------------------------------------------
 
     @abstractmethod
@@ -554,6 +508,26 @@ class LockProvider(ABC):
         (whatever states are asked for, when its name matches), never an exception
         for the whole page; its place is where the store's walk found it, given in
         ``positions`` when ``query.sort_key`` cannot know it (a time order)."""
+
+    # The async primitives. By default each runs its sync primitive in a worker thread,
+    # so a provider written for sync code works unchanged under asyncio; a provider
+    # with an async client overrides them with native I/O (same answers, same errors).
+
+    async def _aacquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+        """:meth:`_acquire` for asyncio code (default: in a worker thread)."""
+        return await in_thread(self._acquire, config)
+
+    async def _aunlock(self, held: SimpleLock) -> bool:
+        """:meth:`_unlock` for asyncio code (default: in a worker thread)."""
+        return await in_thread(self._unlock, held)
+
+    async def _aextend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+        """:meth:`_extend` for asyncio code (default: in a worker thread)."""
+        return await in_thread(self._extend, held, config)
+
+    async def _aforce_unlock(self, name: str, expected: int | str | None) -> bool:
+        """:meth:`_force_unlock` for asyncio code (default: in a worker thread)."""
+        return await in_thread(self._force_unlock, name, expected)
 
     def handle(
         self,

@@ -9,9 +9,9 @@ decides expiry. The wire protocol (v1) is described at the top of ``worker/index
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import httpx
 from django.views.decorators.debug import sensitive_variables
@@ -20,20 +20,26 @@ from ..core import decode
 from ..core.configuration import LockConfiguration
 from ..core.decode import Unreadable
 from ..core.durations import to_milliseconds
-from ..core.provider import LockProvider, SimpleLock
+from ..core.provider import Guarantee, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord
 from ..core.secrets import scrub, secret_forms
+from ..core.steps import SteppedPrimitives, drive
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
-from .http import PooledClient, error_for_status, json_body, parse_json
+from .http import PooledClient, Request, error_for_status, json_body, parse_json
+from .http_async import AsyncPooledClient
 from .options import CLOUDFLARE_MAX_KEY_BYTES, DURABLE_OBJECT
+
+T = TypeVar("T")
+#: One operation against the Worker, as steps: the requests it sends, then its result.
+Steps = Generator[Request, httpx.Response, T]
 
 #: The Worker's limit on ``locked_by`` (code points).
 MAX_LOCKED_BY = 255
 
 
-class DurableObjectLockProvider(LockProvider):
+class DurableObjectLockProvider(SteppedPrimitives, LockProvider):
     """A lock store on the companion Worker (one Durable Object per lock name).
 
     OPTIONS:
@@ -51,7 +57,7 @@ class DurableObjectLockProvider(LockProvider):
             benchmarks); not an OPTIONS key.
     """
 
-    guarantee: ClassVar = "strong"
+    guarantee: ClassVar[Guarantee] = "strong"
     default_options: ClassVar = DURABLE_OBJECT.defaults
     secret_options: ClassVar = frozenset({"token"})
     max_key_bytes: ClassVar[int] = CLOUDFLARE_MAX_KEY_BYTES
@@ -83,6 +89,7 @@ class DurableObjectLockProvider(LockProvider):
             timeout=float(self.options["timeout"]),
             transport=transport,
         )
+        self._apool: AsyncPooledClient | None = None
         # Every form the bearer token can take in an echo, longest first: looked for in
         # each listed record (a Worker that echoes the request may put it anywhere).
         self._token_forms = sorted(secret_forms(str(self.options["token"])), key=len, reverse=True)
@@ -104,6 +111,20 @@ class DurableObjectLockProvider(LockProvider):
     def close(self) -> None:
         """Close the pooled HTTP client; the next operation opens a new one."""
         self._pool.close()
+        if self._apool is not None:
+            self._apool.forget()  # an async client closes on its loop (aclose, or its shutdown)
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients, the asyncio one of the running loop included."""
+        if self._apool is not None:
+            await self._apool.aclose()
+        self.close()
+
+    def _async_pool(self) -> AsyncPooledClient:
+        """The asyncio twin of the pooled client (same settings), made on first use."""
+        if self._apool is None:
+            self._apool = AsyncPooledClient(self._pool)
+        return self._apool
 
     def _call(
         self,
@@ -117,12 +138,30 @@ class DurableObjectLockProvider(LockProvider):
     ) -> dict[str, Any]:
         """One request; the parsed JSON object of a 2xx answer, else ``LockProviderError``
         (``mark_bad_numbers``: see :func:`~tslock_django.providers.http.parse_json`)."""
+        steps = self._call_steps(
+            what, method, path, body=body, params=params, mark_bad_numbers=mark_bad_numbers
+        )
+        return drive(steps, self._pool.send_request)
+
+    def _call_steps(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+        mark_bad_numbers: bool = False,
+    ) -> Generator[Request, httpx.Response, dict[str, Any]]:
+        """:meth:`_call` as steps (see ``core.steps``): the request is built and its
+        answer read here, for the sync edge and the asyncio one alike."""
         # What an echo of this request could give away: the Worker's bearer token and the
         # lock token the body carries (unlock, extend, force-release by token).
         secrets = [str(self.options["token"])]
         if body is not None and isinstance(body.get("token"), str):
             secrets.append(body["token"])
-        response = self._pool.send(self.alias, what, method, path, secrets=secrets, json=body, params=params)
+        options = {"json": body, "params": params}
+        response = yield Request(self.alias, what, method, path, tuple(secrets), options=options)
         if not response.is_success:
             raise error_for_status(self.alias, what, response, self._error_detail(response), secrets)
         data = json_body(self.alias, what, response, mark_bad_numbers=mark_bad_numbers)
@@ -282,10 +321,18 @@ class DurableObjectLockProvider(LockProvider):
         }
 
     # -- the primitives --------------------------------------------------------------
+    # Each is written once, as steps (see core.steps); SteppedPrimitives sends their
+    # requests with the pooled httpx.Client (_send) or an httpx.AsyncClient (_asend).
 
-    def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+    def _send(self, request: Request) -> httpx.Response:
+        return self._pool.send_request(request)
+
+    async def _asend(self, request: Request) -> httpx.Response:
+        return await self._async_pool().send_request(request)
+
+    def _acquire_steps(self, config: LockConfiguration) -> Steps[SimpleLock | LockRecord]:
         what = f"acquire {config.name!r}"
-        data = self._call(
+        data = yield from self._call_steps(
             what,
             "POST",
             "/v1/acquire",
@@ -301,16 +348,16 @@ class DurableObjectLockProvider(LockProvider):
         holder, _ = self._record(data.get("record"), what)
         return holder
 
-    def _unlock(self, held: SimpleLock) -> bool:
+    def _unlock_steps(self, held: SimpleLock) -> Steps[bool]:
         what = f"unlock {held.name!r}"
-        data = self._call(
+        data = yield from self._call_steps(
             what, "POST", "/v1/unlock", body={"name": self.key_for(held.name), "token": held.token}
         )
         return self._flag(data, "released", what)
 
-    def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+    def _extend_steps(self, held: SimpleLock, config: LockConfiguration) -> Steps[SimpleLock | None]:
         what = f"extend {held.name!r}"
-        data = self._call(
+        data = yield from self._call_steps(
             what,
             "POST",
             "/v1/extend",
@@ -321,14 +368,14 @@ class DurableObjectLockProvider(LockProvider):
         record, at_least_until = self._record(data.get("record"), what, with_token=True)
         return self.handle(record, config, lock_at_least_until=at_least_until)
 
-    def _force_unlock(self, name: str, expected: int | str | None) -> bool:
+    def _force_unlock_steps(self, name: str, expected: int | str | None) -> Steps[bool]:
         what = f"force-release {name!r}"
         body: dict[str, Any] = {"name": self.key_for(name)}
         if isinstance(expected, int):
             body["fencing_token"] = expected
         elif isinstance(expected, str):
             body["token"] = expected
-        data = self._call(what, "POST", "/v1/force-release", body=body)
+        data = yield from self._call_steps(what, "POST", "/v1/force-release", body=body)
         return self._flag(data, "released", what)
 
     # -- rebuilding the index -----------------------------------------------------------

@@ -37,10 +37,10 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import httpx
 from django.views.decorators.debug import sensitive_variables
@@ -54,10 +54,16 @@ from ..core.durations import to_milliseconds
 from ..core.provider import LockProvider, SimpleLock
 from ..core.query import CURRENT_STATES, ListingSupport, LockQuery, StorePage, fold, record_state
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
+from ..core.steps import SteppedPrimitives
 from ..exceptions import InvalidCursor, LockProviderError
 from .epoch import from_epoch_ms, to_epoch_ms
+from .http import Request
 from .kv_rest import LIST_LIMIT_MAX, MISS, KVKey, KVPage, KVRestNamespace, ListingCache
 from .options import CLOUDFLARE_MAX_KEY_BYTES, KV, KV_MIN_KEEP_ALIVE_AT_MOST_FOR
+
+T = TypeVar("T")
+#: One operation on the namespace, as steps: the requests it sends, then its result.
+Steps = Generator[Request, httpx.Response, T]
 
 #: The name this module has always exported for ``to_epoch_ms`` (tests and callers use it).
 epoch_ms = to_epoch_ms
@@ -168,7 +174,7 @@ class KVRecord:
         return parsed
 
 
-class KVLockProvider(LockProvider):
+class KVLockProvider(SteppedPrimitives, LockProvider):
     """Advisory locks in a Workers KV namespace, compatible with ``@tslock/cloudflare-kv``.
 
     OPTIONS:
@@ -298,17 +304,17 @@ class KVLockProvider(LockProvider):
     def _now_ms(self) -> int:
         return epoch_ms(self.clock.now())
 
-    def _read(self, key: str) -> KVRecord | None:
-        raw = self.namespace.get_bytes(key)
+    def _read(self, key: str) -> Steps[KVRecord | None]:
+        raw = yield from self.namespace.get_bytes_steps(key)
         return None if raw is None else KVRecord.decode(raw, key=key, alias=self.alias)
 
-    def _write(self, key: str, record: KVRecord, now_ms: int) -> None:
+    def _write(self, key: str, record: KVRecord, now_ms: int) -> Steps[None]:
         metadata: dict[str, Any] | None = record.metadata()
         if len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
             # A very long locked_by would break the write; listing then reads the value.
             metadata = None
         try:
-            self.namespace.put(
+            yield from self.namespace.put_steps(
                 key,
                 record.encode(),
                 expiration_ttl=expiration_ttl(record.lock_until, now_ms),
@@ -319,9 +325,9 @@ class KVLockProvider(LockProvider):
             # Even a write that failed may have landed: listings must read again.
             self._listing_cache.clear()
 
-    def _delete(self, key: str) -> None:
+    def _delete(self, key: str) -> Steps[None]:
         try:
-            self.namespace.delete(key)
+            yield from self.namespace.delete_steps(key)
         finally:
             self._listing_cache.clear()
 
@@ -340,11 +346,23 @@ class KVLockProvider(LockProvider):
         )
 
     # -- the primitives --------------------------------------------------------------
+    # Each is written once, as steps (see core.steps); SteppedPrimitives sends their
+    # requests with the namespace's httpx.Client (_send) or an AsyncClient (_asend).
 
-    def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+    def _send(self, request: Request) -> httpx.Response:
+        return self.namespace._pool.send_request(request)
+
+    async def _asend(self, request: Request) -> httpx.Response:
+        return await self.namespace.asend(request)
+
+    async def aclose(self) -> None:
+        """Close the namespace's HTTP clients, the asyncio one included."""
+        await self.namespace.aclose()
+
+    def _acquire_steps(self, config: LockConfiguration) -> Steps[SimpleLock | LockRecord | None]:
         key = self.key_for(config.name)
         now_ms = self._now_ms()
-        current = self._read(key)
+        current = yield from self._read(key)
         # lockUntil decides, not the key's existence: the 60 s TTL floor keeps keys
         # around after short locks have ended.
         if current is not None and current.lock_until > now_ms:
@@ -355,34 +373,34 @@ class KVLockProvider(LockProvider):
             locked_by=self.locked_by,
             token=str(uuid.uuid4()),
         )
-        self._write(key, mine, now_ms)
+        yield from self._write(key, mine, now_ms)
         if self.confirm_write:
-            seen = self._read(key)
+            seen = yield from self._read(key)
             if seen is None or seen.token != mine.token:
                 # Someone else wrote in between (or our write is not visible here yet).
                 # Deleting could remove their record, so we only step back.
                 return None if seen is None else self._record(config.name, seen, with_token=False)
         return self.handle(self._record(config.name, mine, with_token=True), config)
 
-    def _unlock(self, held: SimpleLock) -> bool:
+    def _unlock_steps(self, held: SimpleLock) -> Steps[bool]:
         key = self.key_for(held.name)
         now_ms = self._now_ms()
-        current = self._read(key)
+        current = yield from self._read(key)
         if current is None or current.token != held.token or current.lock_until <= now_ms:
             return False
         at_least_ms = epoch_ms(held.lock_at_least_until)
         if at_least_ms <= now_ms:
-            self._delete(key)
+            yield from self._delete(key)
         else:
             kept = KVRecord(at_least_ms, current.locked_at, current.locked_by, current.token, released=True)
-            self._write(key, kept, now_ms)
+            yield from self._write(key, kept, now_ms)
         return True
 
-    def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+    def _extend_steps(self, held: SimpleLock, config: LockConfiguration) -> Steps[SimpleLock | None]:
         key = self.key_for(held.name)
         now = self.clock.now()
         now_ms = epoch_ms(now)
-        current = self._read(key)
+        current = yield from self._read(key)
         if current is None or current.token != held.token or current.lock_until <= now_ms:
             return None
         extended = KVRecord(
@@ -391,14 +409,14 @@ class KVLockProvider(LockProvider):
             current.locked_by,
             current.token,
         )
-        self._write(key, extended, now_ms)
+        yield from self._write(key, extended, now_ms)
         return self.handle(
             self._record(held.name, extended, with_token=True),
             config,
             lock_at_least_until=from_epoch_ms(now_ms) + config.lock_at_least_for,
         )
 
-    def _force_unlock(self, name: str, expected: int | str | None) -> bool:
+    def _force_unlock_steps(self, name: str, expected: int | str | None) -> Steps[bool]:
         if isinstance(expected, int):
             raise ValueError(
                 f"provider {self.alias!r} (Workers KV) has no fencing tokens, so it cannot release "
@@ -406,12 +424,12 @@ class KVLockProvider(LockProvider):
                 "token fingerprint shown in the admin) as a string, or None to release unconditionally"
             )
         key = self.key_for(name)
-        current = self._read(key)
+        current = yield from self._read(key)
         if current is None:
             return False
         if expected is not None and expected not in (current.token, fingerprint(current.token)):
             return False
-        self._delete(key)
+        yield from self._delete(key)
         return current.lock_until > self._now_ms()
 
     # -- listing ---------------------------------------------------------------------

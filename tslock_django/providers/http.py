@@ -15,6 +15,7 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpcore
@@ -124,10 +125,7 @@ class PooledClient:
             try:
                 body = _read_within(response, limit, deadline)
             except _Refused as err:
-                status = response.status_code
-                raise LockProviderError(
-                    f"{what}: HTTP {status}: {err}", alias=alias, status_code=status
-                ) from None
+                raise refused(alias, what, response, err) from None
             finally:
                 # Read to its end, the connection goes back to the pool; cut short, it
                 # is closed (draining a hostile answer would defeat the bounds).
@@ -135,6 +133,38 @@ class PooledClient:
         # What httpx's own read() would have stored: .content, .json() and .text work.
         response._content = body
         return response
+
+    def send_request(self, request: Request) -> httpx.Response:
+        """:meth:`send` for a :class:`Request` (the sync edge of a provider's steps)."""
+        return self.send(
+            request.alias,
+            request.what,
+            request.method,
+            request.url,
+            secrets=request.secrets,
+            max_bytes=request.max_bytes,
+            **request.options,
+        )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a provider's steps (see ``core.steps``): what the sync and the
+    asyncio edge send alike (see :meth:`PooledClient.send` for the fields)."""
+
+    alias: str
+    what: str
+    method: str
+    url: str
+    secrets: tuple[str, ...] = ()
+    max_bytes: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def refused(alias: str, what: str, response: httpx.Response, err: Exception) -> LockProviderError:
+    """The error for an answer the provider would not read to its end."""
+    status = response.status_code
+    return LockProviderError(f"{what}: HTTP {status}: {err}", alias=alias, status_code=status)
 
 
 # -- the deadline: every socket operation of a request waits at most until it ----------------
@@ -250,69 +280,92 @@ class _Refused(Exception):
 PIECE_BYTES = 64 * 1024
 
 
-def _decoded(response: httpx.Response) -> Iterator[bytes]:
-    """The answer's body as it arrives, gzip undone, in pieces of at most PIECE_BYTES.
-
-    httpx would decode each network read whole, and 64 KiB of gzip can hold 64 MiB."""
+def _in_memory(response: httpx.Response) -> bytes | None:
+    """The body of a response a transport answered from memory (tests, fakes): read and
+    decoded already, its stream cannot be read again. ``None`` for a streamed answer."""
     try:
-        # A transport that answers from memory (tests, fakes) hands over a response it
-        # has read and decoded already; its stream cannot be read again.
-        body: bytes | None = response.content
+        return response.content
     except httpx.ResponseNotRead:
-        body = None
-    if body is not None:
-        for start in range(0, len(body), PIECE_BYTES):
-            yield body[start : start + PIECE_BYTES]
-        return
-    encoding = response.headers.get("Content-Encoding", "").strip().lower()
-    if encoding in ("", "identity"):
-        yield from response.iter_raw()
-        return
-    if encoding not in ("gzip", "x-gzip"):
-        raise _Refused(
-            f"the answer is encoded as {cut(decode.visible(encoding), 40)!r}; the provider asks for "
-            "gzip or no encoding"
-        )
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    received = False
-    try:
+        return None
+
+
+class _Body:
+    """An answer's body collected as it arrives, the one set of rules for the sync and
+    the asyncio send: gzip undone in pieces of at most PIECE_BYTES (httpx would decode
+    each network read whole, and 64 KiB of gzip can hold 64 MiB), refused past
+    ``max_bytes``, cut off at ``deadline`` (a ``ReadTimeout``: the transport may not
+    bound its own reads). Feed it the raw chunks, then call :meth:`finish`."""
+
+    def __init__(self, response: httpx.Response, max_bytes: int, deadline: float, *, decoded: bool) -> None:
+        self.response, self.max_bytes, self.deadline = response, max_bytes, deadline
+        self.pieces: list[bytes] = []
+        self.size = 0
+        self.received = False
+        self.inflater: Any = None
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and "Content-Encoding" not in response.headers and int(declared) > max_bytes:
+            raise _Refused(_too_large(max_bytes))
+        if decoded:
+            return
+        encoding = response.headers.get("Content-Encoding", "").strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            self.inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding not in ("", "identity"):
+            raise _Refused(
+                f"the answer is encoded as {cut(decode.visible(encoding), 40)!r}; the provider asks for "
+                "gzip or no encoding"
+            )
+
+    def feed(self, chunk: bytes) -> None:
+        inflater = self.inflater
+        if inflater is None:
+            for start in range(0, len(chunk), PIECE_BYTES):
+                self._add(chunk[start : start + PIECE_BYTES])
+            return
         # Read to the end of the stream, not of the gzip data: a response left unfinished
         # would close its connection instead of returning it to the pool.
-        for chunk in response.iter_raw():
-            received = received or bool(chunk)
-            data = chunk
+        self.received = self.received or bool(chunk)
+        data = chunk
+        try:
             while data:
                 if inflater.eof:
                     raise _Refused("the answer holds bytes after the end of its gzip data")
                 piece = inflater.decompress(data, PIECE_BYTES)
                 data = inflater.unconsumed_tail or inflater.unused_data
                 if piece:
-                    yield piece
-        rest = inflater.flush()
-    except zlib.error:
-        raise _Refused("the answer's gzip encoding is broken") from None
-    if received and not inflater.eof:
-        raise _Refused("the answer's gzip data ends early")
-    if rest:
-        yield rest
+                    self._add(piece)
+        except zlib.error:
+            raise _Refused("the answer's gzip encoding is broken") from None
+
+    def _add(self, piece: bytes) -> None:
+        self.size += len(piece)
+        if self.size > self.max_bytes:
+            raise _Refused(_too_large(self.max_bytes))
+        self.pieces.append(piece)
+        if time.monotonic() > self.deadline:
+            raise httpx.ReadTimeout("the request's deadline has passed", request=self.response.request)
+
+    def finish(self) -> bytes:
+        inflater = self.inflater
+        if inflater is not None:
+            try:
+                rest = inflater.flush()
+            except zlib.error:
+                raise _Refused("the answer's gzip encoding is broken") from None
+            if self.received and not inflater.eof:
+                raise _Refused("the answer's gzip data ends early")
+            if rest:
+                self._add(rest)
+        return b"".join(self.pieces)
 
 
 def _read_within(response: httpx.Response, max_bytes: int, deadline: float) -> bytes:
-    """The whole body of ``response``, refused past ``max_bytes`` and cut off at
-    ``deadline`` (a ``ReadTimeout``: the transport may not bound its own reads)."""
-    declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and "Content-Encoding" not in response.headers and int(declared) > max_bytes:
-        raise _Refused(_too_large(max_bytes))
-    pieces: list[bytes] = []
-    size = 0
-    for piece in _decoded(response):
-        size += len(piece)
-        if size > max_bytes:
-            raise _Refused(_too_large(max_bytes))
-        pieces.append(piece)
-        if time.monotonic() > deadline:
-            raise httpx.ReadTimeout("the request's deadline has passed", request=response.request)
-    return b"".join(pieces)
+    """The whole body of ``response`` within bounds (see :class:`_Body`)."""
+    content = _in_memory(response)
+    body = _Body(response, max_bytes, deadline, decoded=content is not None)
+    for chunk in [content] if content is not None else response.iter_raw():
+        body.feed(chunk)
+    return body.finish()
 
 
 def _too_large(max_bytes: int) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Generator, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,8 +34,10 @@ from django.views.decorators.debug import sensitive_variables
 
 from ..core.clock import ClockProvider
 from ..core.decode import Unreadable
+from ..core.steps import drive
 from ..exceptions import LockProviderError
-from .http import PooledClient, error_for_status, json_body, parse_json
+from .http import PooledClient, Request, error_for_status, json_body, parse_json
+from .http_async import AsyncPooledClient
 from .options import KV_DEFAULT_BASE_URL
 
 #: Where the Cloudflare API lives; tests and local runtimes pass another base URL.
@@ -151,6 +153,7 @@ class KVRestNamespace:
         # The token, for scrubbing echoes of the Authorization header from error texts.
         self._secrets: tuple[str, ...] = (api_token,)
         self._prefix = f"/accounts/{encode_key(account_id)}/storage/kv/namespaces/{encode_key(namespace_id)}"
+        self._apool: AsyncPooledClient | None = None
         self._pool = PooledClient(
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {api_token}", "Accept": "application/json"},
@@ -167,6 +170,20 @@ class KVRestNamespace:
     def close(self) -> None:
         """Close the pooled connections; the next call opens a new client."""
         self._pool.close()
+        if self._apool is not None:
+            self._apool.forget()  # an async client closes on its loop (aclose, or its shutdown)
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients, the asyncio one of the running loop included."""
+        if self._apool is not None:
+            await self._apool.aclose()
+        self.close()
+
+    async def asend(self, request: Request) -> httpx.Response:
+        """Send one request of the steps below with an ``httpx.AsyncClient``."""
+        if self._apool is None:
+            self._apool = AsyncPooledClient(self._pool)
+        return await self._apool.send_request(request)
 
     def _value_path(self, key: str) -> str:
         return f"{self._prefix}/values/{encode_key(key)}"
@@ -195,9 +212,17 @@ class KVRestNamespace:
         Raises:
             LockProviderError: any other answer.
         """
+        return drive(self.get_bytes_steps(key), self._pool.send_request)
+
+    # The calls a lock makes are written once, as steps (see core.steps): the methods
+    # above and below send them with the pooled httpx.Client; the provider's async
+    # primitives send them with an httpx.AsyncClient.
+
+    def get_bytes_steps(self, key: str) -> Generator[Request, httpx.Response, bytes | None]:
+        """:meth:`get_bytes` as steps."""
         what = f"read key {key!r}"
-        response = self._pool.send(
-            self.alias, what, "GET", self._value_path(key), secrets=self._secrets, max_bytes=MAX_VALUE_BYTES
+        response = yield Request(
+            self.alias, what, "GET", self._value_path(key), self._secrets, max_bytes=MAX_VALUE_BYTES
         )
         if response.status_code == 200:
             return response.content
@@ -226,6 +251,19 @@ class KVRestNamespace:
                 API's request budget is spent).
             LockProviderError: any other failure. Never retried: the write may have landed.
         """
+        steps = self.put_steps(key, value, expiration_ttl=expiration_ttl, metadata=metadata, secrets=secrets)
+        drive(steps, self._pool.send_request)
+
+    def put_steps(
+        self,
+        key: str,
+        value: str,
+        *,
+        expiration_ttl: int | None = None,
+        metadata: Any = None,
+        secrets: tuple[str, ...] = (),
+    ) -> Generator[Request, httpx.Response, None]:
+        """:meth:`put` as steps."""
         what = f"write key {key!r}"
         files: dict[str, tuple[None, bytes]] = {"value": (None, value.encode("utf-8"))}
         if metadata is not None:
@@ -235,9 +273,8 @@ class KVRestNamespace:
             )
         params = {"expiration_ttl": str(expiration_ttl)} if expiration_ttl is not None else None
         secrets = self._secrets + secrets
-        response = self._pool.send(
-            self.alias, what, "PUT", self._value_path(key), secrets=secrets, params=params, files=files
-        )
+        options = {"params": params, "files": files}
+        response = yield Request(self.alias, what, "PUT", self._value_path(key), secrets, options=options)
         self._expect_success(what, response, secrets)
 
     def delete(self, key: str) -> None:
@@ -247,8 +284,12 @@ class KVRestNamespace:
             LockRateLimited: HTTP 429.
             LockProviderError: any other failure.
         """
+        drive(self.delete_steps(key), self._pool.send_request)
+
+    def delete_steps(self, key: str) -> Generator[Request, httpx.Response, None]:
+        """:meth:`delete` as steps."""
         what = f"delete key {key!r}"
-        response = self._pool.send(self.alias, what, "DELETE", self._value_path(key), secrets=self._secrets)
+        response = yield Request(self.alias, what, "DELETE", self._value_path(key), self._secrets)
         if response.status_code == 404 and cloudflare_error(response).code == KEY_NOT_FOUND:
             return
         self._expect_success(what, response)

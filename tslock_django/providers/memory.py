@@ -91,6 +91,21 @@ class MemoryLockProvider(LockProvider):
             self._records[name] = replace(current, lock_until=now, released=True)
             return True
 
+    # asyncio: no I/O and a mutex held for microseconds, so the sync primitives run on
+    # the loop itself, without a thread.
+
+    async def _aacquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+        return self._acquire(config)
+
+    async def _aunlock(self, held: SimpleLock) -> bool:
+        return self._unlock(held)
+
+    async def _aextend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+        return self._extend(held, config)
+
+    async def _aforce_unlock(self, name: str, expected: int | str | None) -> bool:
+        return self._force_unlock(name, expected)
+
     def _query(self, query: LockQuery, after: object | None) -> StorePage:
         # The reference answer: filter, sort and cut every record, which is what the
         # other stores do with indexes.

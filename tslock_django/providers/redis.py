@@ -24,7 +24,7 @@ import secrets
 import select
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -39,15 +39,17 @@ from django.views.decorators.debug import sensitive_variables
 
 from ..core import decode
 from ..core.configuration import LockConfiguration
-from ..core.provider import LockProvider, SimpleLock
+from ..core.provider import Guarantee, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
 from ..core.secrets import cache_passwords, cut, scrub, url_passwords
+from ..core.steps import SteppedPrimitives, drive
 from ..exceptions import LockProviderError
 from .epoch import EPOCH, MAX_EPOCH_US
 from .options import DJANGO_REDIS_CACHE as DJANGO_REDIS_CACHE
 from .options import DJANGO_REDIS_PACKAGE_CACHE as DJANGO_REDIS_PACKAGE_CACHE
 from .options import REDIS
+from .redis_async import AsyncEdge, AsyncRedis, async_pool_like, async_url_pool
 from .redis_scripts import SCRIPTS, Call
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -62,7 +64,7 @@ def _us(duration: timedelta) -> int:
     return duration // _MICROSECOND
 
 
-class RedisLockProvider(LockProvider):
+class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
     """A lock store on one Redis primary (Redis 7 or later).
 
     OPTIONS (exactly one of ``url`` and ``cache``):
@@ -90,7 +92,7 @@ class RedisLockProvider(LockProvider):
     forked child opens its own.
     """
 
-    guarantee: ClassVar = "strong"
+    guarantee: ClassVar[Guarantee] = "strong"
     default_options: ClassVar = REDIS.defaults
     max_key_bytes: ClassVar[int] = 1024
     listing: ClassVar = ListingSupport()
@@ -127,6 +129,8 @@ class RedisLockProvider(LockProvider):
         self._locked_by_cache = ("", '""')
         if self.options["url"] is not None:
             self._pool = self._url_pool(str(self.options["url"]))
+        #: The asyncio connections (see ``redis_async``), opened on first async use.
+        self._async_edge = AsyncEdge(self._async_pool)
         _LIVE_PROVIDERS.add(self)
 
     # -- options -------------------------------------------------------------------
@@ -160,6 +164,12 @@ class RedisLockProvider(LockProvider):
             raise self.option_error(
                 "url", f"could not be read by redis-py: {self._scrub(str(err))}"
             ) from None
+
+    def _async_pool(self) -> Any:
+        """The ``redis.asyncio`` pool: from the URL, or like the cache's pool."""
+        if self.options["url"] is not None:
+            return async_url_pool(str(self.options["url"]), self.options["timeout"] or self.default_timeout)
+        return async_pool_like(self.client().connection_pool)
 
     def _scrub(self, text: str, tokens: Sequence[str] = ()) -> str:
         """``text`` without the password nor ``tokens`` (the lock tokens a command
@@ -218,10 +228,13 @@ class RedisLockProvider(LockProvider):
             connection.pool.release(connection.connection)
         if self._pool is not None:
             self._pool.disconnect()
+        # asyncio connections need their loop to close; from sync code they are shut.
+        self._async_edge.forget()
 
     def _forget_connections(self) -> None:
         """In a forked child: the kept connections' sockets are the parent's."""
         self._kept = []
+        self._async_edge = AsyncEdge(self._async_pool)
 
     def _failure(self, what: str, err: Exception, tokens: Sequence[str]) -> LockProviderError:
         """The ``LockProviderError`` for a failure of redis-py or of what it read: what
@@ -337,12 +350,26 @@ class RedisLockProvider(LockProvider):
         ``what`` and ``name`` describe the operation for a message (formatted only when
         there is a failure to report); ``tokens`` are the lock tokens among ``args``,
         kept out of the message as the password is."""
+        return drive(self._script(call, what, name, args, tokens, read), self._roundtrip)
+
+    def _script(
+        self,
+        call: Call,
+        what: str,
+        name: str,
+        args: Sequence[object],
+        tokens: Sequence[str] = (),
+        read: Callable[[Any], Any] | None = None,
+    ) -> Generator[bytes, Any, Any]:
+        """:meth:`_run` as steps (see ``core.steps``): the packed commands to send, for
+        the sync edge (``_roundtrip``) or the asyncio one (``redis_async``); the rule
+        that nothing raw gets past is here, once for both."""
         try:
-            reply = call.run(self._roundtrip, args)
+            reply = yield from call.steps(args)
             return reply if read is None else read(reply)
         except LockProviderError:
             raise
-        except Exception as err:  # see the docstring: nothing raw gets past
+        except Exception as err:  # see _run's docstring: nothing raw gets past
             raise self._failure(f"{what} {name!r}" if name else what, err, tokens) from err
 
     # -- records -------------------------------------------------------------------
@@ -458,10 +485,16 @@ class RedisLockProvider(LockProvider):
 
     # -- the primitives --------------------------------------------------------------
 
-    def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+    # Each primitive is written once, as steps (see core.steps); SteppedPrimitives
+    # sends their commands through _roundtrip (_send) or redis.asyncio (redis_async).
+
+    def _send(self, packed: bytes) -> Any:
+        return self._roundtrip(packed)
+
+    def _acquire_steps(self, config: LockConfiguration) -> Generator[bytes, Any, SimpleLock | LockRecord]:
         name, token = config.name, secrets.token_hex(16)
         at_most, at_least = max(1, _us(config.lock_at_most_for)), _us(config.lock_at_least_for)
-        reply = self._run(
+        reply = yield from self._script(
             self._acquire_call,
             "acquire",
             name,
@@ -500,12 +533,16 @@ class RedisLockProvider(LockProvider):
             record, config, lock_at_least_until=EPOCH + timedelta(microseconds=locked_at + at_least)
         )
 
-    def _unlock(self, held: SimpleLock) -> bool:
+    def _unlock_steps(self, held: SimpleLock) -> Generator[bytes, Any, bool]:
         args = [held.name, held.token, _json_text(held.name)]
-        return bool(self._run(self._unlock_call, "unlock", held.name, args, [held.token], _flag))
+        return bool(
+            (yield from self._script(self._unlock_call, "unlock", held.name, args, [held.token], _flag))
+        )
 
-    def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
-        raw = self._run(
+    def _extend_steps(
+        self, held: SimpleLock, config: LockConfiguration
+    ) -> Generator[bytes, Any, SimpleLock | None]:
+        raw = yield from self._script(
             self._extend_call,
             "extend",
             held.name,
@@ -524,14 +561,14 @@ class RedisLockProvider(LockProvider):
         record, at_least_us = self._held_record(f"extend {held.name!r}", held.name, raw, with_token=True)
         return self.handle(record, config, lock_at_least_until=EPOCH + timedelta(microseconds=at_least_us))
 
-    def _force_unlock(self, name: str, expected: int | str | None) -> bool:
+    def _force_unlock_steps(self, name: str, expected: int | str | None) -> Generator[bytes, Any, bool]:
         if expected is None:
             kind, value = "any", ""
         elif isinstance(expected, int):
             kind, value = "fencing", str(expected)
         else:
             kind, value = "token", expected
-        released = self._run(
+        released = yield from self._script(
             self._force_release_call,
             "force-release",
             name,

@@ -41,13 +41,14 @@ new time is later than every token handed out before).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.exceptions import NoScriptError
 
 from ..core.decode import MAX_RECORD_BYTES
+from ..core.steps import drive
 
 # Helpers every script starts with. HEAD matches the fixed start of a record (see the
 # module docstring) up to the name's JSON, and captures where the token's '","t":"'
@@ -448,12 +449,18 @@ class Call:
         """The script's answer, through ``roundtrip`` (sends one packed command,
         returns its answer). redis-py errors pass through for the provider to turn
         into ``LockProviderError``."""
+        return drive(self.steps(args), roundtrip)
+
+    def steps(self, args: Sequence[object]) -> Generator[bytes, Any, Any]:
+        """The script with ``args`` as steps (see ``core.steps``): yields each packed
+        command to send, returns the script's answer. A server that does not know the
+        script yet is sent it once (``SCRIPT LOAD``), then the command again."""
         packed = b"*%d\r\n%s%s" % (self.words + len(args), self.packed, b"".join(map(_bulk, args)))
         try:
-            return roundtrip(packed)
+            return (yield packed)
         except NoScriptError:
-            roundtrip(pack(("SCRIPT", "LOAD", self.script.source)))
-            return roundtrip(packed)
+            yield pack(("SCRIPT", "LOAD", self.script.source))
+            return (yield packed)
 
 
 def pack(words: Sequence[object]) -> bytes:

@@ -43,12 +43,14 @@ from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ORDERS, LockPage, LockQuery
 from ..core.records import LockRecord, fingerprint
 from ..exceptions import InvalidCursor, StaleLockHandle, UnsupportedQuery
+from .acontract import AsyncProviderCases, AsyncStrongCases
 
 Advance = Callable[[float], object]
 
 
-class ProviderContract:
-    """Single-caller behaviour every provider must show."""
+class ProviderContract(AsyncProviderCases):
+    """Single-caller behaviour every provider must show (the async cases come from
+    :class:`~tslock_django.testing.acontract.AsyncProviderCases`)."""
 
     short: float = 0.4
     long: str = "5m"
@@ -435,7 +437,7 @@ class ProviderContract:
         assert [r.name[-1] for r in again.records] == ["c", "d"], "forward again from a page read backwards"
 
 
-class StrongProviderContract(ProviderContract):
+class StrongProviderContract(ProviderContract, AsyncStrongCases):
     """What only a store with one holder at a time promises."""
 
     threads = 8

@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -378,6 +379,23 @@ class DatabaseLockProvider(LockProvider):
         return self._on_connection(
             what, lambda conn: self._run(conn, what, sql, params, prepared=True)[0] == 1
         )
+
+    # -- asyncio ----------------------------------------------------------------------
+    # Django's rule for the ORM and its connections under asyncio: run them through
+    # sync_to_async(thread_sensitive=True), on the one thread that owns the connection.
+    # The statements are the sync primitives' own.
+
+    async def _aacquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
+        return await sync_to_async(self._acquire, thread_sensitive=True)(config)
+
+    async def _aunlock(self, held: SimpleLock) -> bool:
+        return await sync_to_async(self._unlock, thread_sensitive=True)(held)
+
+    async def _aextend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
+        return await sync_to_async(self._extend, thread_sensitive=True)(held, config)
+
+    async def _aforce_unlock(self, name: str, expected: int | str | None) -> bool:
+        return await sync_to_async(self._force_unlock, thread_sensitive=True)(name, expected)
 
     # -- listing --------------------------------------------------------------------
 

@@ -1,0 +1,220 @@
+"""``alock`` against the sync ``lock()``, on Redis and on Durable Objects (local workerd),
+in its own process.
+
+Usage: ``python -m bench.asyncbench ROUNDS SECONDS`` prints one JSON object. Per store:
+
+- ``single``: one caller, a free lock, ``with lock(...): pass`` against
+  ``async with alock(...): pass`` (each an acquire and a release, through the public API
+  and the provider configured in ``TSLOCK_PROVIDERS``), in interleaved rounds of
+  ``SECONDS``; the async side runs on one event loop kept across rounds. The target is
+  the async time per cycle at most 1.1x the sync one.
+- ``concurrent``: 64 holders of 64 distinct names, each holding for 50 ms: one after
+  the other with ``lock()`` (the sync way), against 64 coroutines at once with
+  ``alock``. The target is the async total at most 1/8 of the sequential one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import django
+
+from bench.stats import batch, summary, target
+
+HOLDERS = 64
+HOLD_S = 0.05
+SINGLE_BOUND = 1.1
+CONCURRENT_BOUND = 1 / 8
+
+
+async def abatch(cycle: Callable[[], Awaitable[None]], seconds: float) -> float:
+    """:func:`bench.stats.batch` for a coroutine cycle: cycles per second."""
+    count = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    now = started
+    while now < deadline:
+        await cycle()
+        count += 1
+        now = time.perf_counter()
+    return count / (now - started)
+
+
+def single(loop: asyncio.AbstractEventLoop, rounds: int, seconds: float) -> dict[str, Any]:
+    from tslock_django import alock, lock
+
+    name = f"bench-async-{uuid.uuid4().hex[:8]}"
+
+    def sync_cycle() -> None:
+        with lock(name, "1m"):
+            pass
+
+    async def async_cycle() -> None:
+        async with alock(name, "1m"):
+            pass
+
+    batch(sync_cycle, 0.2)
+    loop.run_until_complete(abatch(async_cycle, 0.2))
+    rates: dict[str, list[float]] = {"lock()": [], "alock()": []}
+    for round_ in range(rounds):
+        runs = [
+            ("lock()", lambda: batch(sync_cycle, seconds)),
+            ("alock()", lambda: loop.run_until_complete(abatch(async_cycle, seconds))),
+        ]
+        for label, measure in runs[round_ % 2 :] + runs[: round_ % 2]:
+            rates[label].append(measure())
+    results = {
+        label: {**summary(values), "rates": [round(v, 1) for v in values]} for label, values in rates.items()
+    }
+    # Time per cycle is the inverse of the rate: async time / sync time.
+    ratio = results["lock()"]["median"] / results["alock()"]["median"]
+    ms = {label: 1000 / r["median"] for label, r in results.items()}
+    return {"results": results, "ms_per_cycle": ms, "async_time_over_sync": ratio}
+
+
+def concurrent(loop: asyncio.AbstractEventLoop, rounds: int) -> dict[str, Any]:
+    from tslock_django import alock, lock
+
+    def names() -> list[str]:
+        run = uuid.uuid4().hex[:8]
+        return [f"bench-many-{run}-{i}" for i in range(HOLDERS)]
+
+    def sequential() -> float:
+        started = time.perf_counter()
+        for name in names():
+            with lock(name, "1m"):
+                time.sleep(HOLD_S)
+        return time.perf_counter() - started
+
+    async def at_once() -> float:
+        async def hold(name: str) -> None:
+            async with alock(name, "1m"):
+                await asyncio.sleep(HOLD_S)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(hold(name) for name in names()))
+        return time.perf_counter() - started
+
+    loop.run_until_complete(at_once())  # warm-up: the connections for 64 at once
+    seq = [sequential() for _ in range(max(1, rounds // 10))]
+    together = [loop.run_until_complete(at_once()) for _ in range(max(3, rounds // 3))]
+    seq_s, together_s = sorted(seq)[len(seq) // 2], sorted(together)[len(together) // 2]
+    return {
+        "holders": HOLDERS,
+        "hold_s": HOLD_S,
+        "sequential_sync_s": round(seq_s, 4),
+        "concurrent_async_s": round(together_s, 4),
+        "async_over_sequential": together_s / seq_s,
+        "runs": {"sequential": [round(s, 4) for s in seq], "concurrent": [round(s, 4) for s in together]},
+    }
+
+
+def measure(providers: dict[str, Any], rounds: int, seconds: float) -> dict[str, Any]:
+    from django.test import override_settings
+
+    from tslock_django import providers as handler
+
+    with override_settings(TSLOCK_PROVIDERS={"default": providers}):
+        loop = asyncio.new_event_loop()
+        try:
+            report = {"single": single(loop, rounds, seconds), "concurrent": concurrent(loop, rounds)}
+            loop.run_until_complete(handler["default"].aclose())
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            handler["default"].close()
+    return report
+
+
+def redis_up() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def main(rounds: int, seconds: float) -> dict[str, Any]:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    django.setup()
+    import shutil
+
+    from tslock_django.testing.worker_runtime import LocalWorker
+
+    report: dict[str, Any] = {"missing": []}
+    if redis_up():
+        prefix = f"bench-async-{os.getpid()}-{uuid.uuid4().hex[:6]}:"
+        backend = {
+            "BACKEND": "tslock_django.providers.redis.RedisLockProvider",
+            "OPTIONS": {"url": "redis://127.0.0.1:6379/0", "key_prefix": prefix},
+        }
+        try:
+            report["redis"] = measure(backend, rounds, seconds)
+        finally:
+            import redis
+
+            client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+            keys = list(client.scan_iter(match=prefix + "*", count=1000))
+            if keys:
+                client.delete(*keys)
+            client.close()
+    else:
+        report["missing"].append("redis: nothing listens on 127.0.0.1:6379")
+    if shutil.which("node"):
+        with LocalWorker() as worker:
+            backend = {
+                "BACKEND": "tslock_django.providers.cloudflare_do.DurableObjectLockProvider",
+                "OPTIONS": {"url": worker.url, "token": worker.token, "timeout": 10.0},
+            }
+            report["do"] = measure(backend, rounds, seconds)
+    else:
+        report["missing"].append("durable objects: node is not installed")
+    return report
+
+
+def targets(report: dict[str, Any] | None) -> dict[str, Any]:
+    """Issue 22: alock costs at most 1.1x lock() alone, and 64 holders at once take at
+    most 1/8 of the time 64 sequential sync holders take, on Redis and on Durable Objects."""
+    found: dict[str, Any] = {}
+    for store, label in (("redis", "redis"), ("do", "durable objects")):
+        data = (report or {}).get(store)
+        if not data:
+            continue
+        found[f"{label}: alock+release time <= {SINGLE_BOUND}x lock()+release"] = target(
+            data["single"]["async_time_over_sync"], SINGLE_BOUND, "<="
+        )
+        found[f"{label}: 64 alock holders at once <= 1/8 of 64 sequential lock() holders"] = target(
+            data["concurrent"]["async_over_sequential"], round(CONCURRENT_BOUND, 3), "<="
+        )
+    return found
+
+
+def render(report: dict[str, Any] | None) -> list[str]:
+    """The async table (lines to add to the report)."""
+    if not report:
+        return []
+    lines = ["", "alock() against lock(): ms per acquire+release (median), and 64 holders of 50 ms"]
+    for store, label in (("redis", "Redis"), ("do", "Durable Objects (local workerd)")):
+        data = report.get(store)
+        if not data:
+            continue
+        ms, many = data["single"]["ms_per_cycle"], data["concurrent"]
+        lines.append(
+            f"  {label:<32} lock() {ms['lock()']:.3f} ms, alock() {ms['alock()']:.3f} ms "
+            f"({data['single']['async_time_over_sync']:.2f}x); 64 x 50 ms: sequential sync "
+            f"{many['sequential_sync_s']:.2f} s, async at once {many['concurrent_async_s']:.3f} s "
+            f"({many['async_over_sequential']:.3f}x)"
+        )
+    return lines
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(int(sys.argv[1]), float(sys.argv[2]))))

@@ -20,6 +20,7 @@ from tslock_django.checks import (
     check_providers,
     check_providers_by_building,
 )
+from tslock_django.conf import invalid_url_entry
 
 DB = "tslock_django.providers.database.DatabaseLockProvider"
 KV = "tslock_django.providers.cloudflare_kv.KVLockProvider"
@@ -52,6 +53,16 @@ def test_a_good_configuration_passes() -> None:
 def test_each_misconfiguration_has_its_id(setting: object, expected: str) -> None:
     with override_settings(TSLOCK_PROVIDERS=setting):
         assert expected in ids(check_providers())
+
+
+def test_a_provider_url_the_reader_could_not_read_is_e008_and_nothing_else() -> None:
+    entry = invalid_url_entry("environment variable TSLOCK_URL: the lock provider URL is empty")
+    with override_settings(TSLOCK_PROVIDERS={"default": entry, "b": {"BACKEND": MEMORY}}):
+        messages = check_providers() + check_providers_by_building() + check_database_app()
+    assert ids(messages) == ["tslock.E008"]
+    assert messages[0].msg == (
+        "TSLOCK_PROVIDERS['default']: environment variable TSLOCK_URL: the lock provider URL is empty"
+    )
 
 
 def test_database_provider_without_the_app_is_reported() -> None:
@@ -374,3 +385,46 @@ def test_check_deploy_does_not_report_refused_options_twice() -> None:
     with override_settings(TSLOCK_PROVIDERS=bad):
         assert ids(check_providers()) == ["tslock.E003", "tslock.E005"]
         assert check_providers_by_building() == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis//nohost",
+        "foo://x",
+        "",
+        "cloudflare-do://@host/",
+        "cloudflare-do://hunter2-token@host:port/",
+        "hunter2-token:x@host://",
+    ],
+)
+def test_a_malformed_tslock_url_fails_a_command_with_one_line_not_a_traceback(
+    tmp_path: Path, url: str
+) -> None:
+    """The settings module reads TSLOCK_URL; a bad value used to raise there, a traceback
+    of some 40 lines before Django could say anything."""
+    root = Path(__file__).resolve().parent.parent
+    for command in (["check"], ["tslock", "list"]):
+        result = subprocess.run(
+            [sys.executable, "manage.py", *command],
+            cwd=root,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "DJANGO_SETTINGS_MODULE": "testproject.settings",
+                "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+                "TSLOCK_URL": url,
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        about = [line for line in result.stderr.splitlines() if "TSLOCK_URL" in line]
+        assert len(about) == 1, result.stderr
+        assert about[0].startswith(
+            "?: (tslock.E008) TSLOCK_PROVIDERS['default']: environment variable TSLOCK_URL"
+        )
+        # The expected form: all of them, or the one of the scheme that was given.
+        assert "cloudflare-do://TOKEN@HOST/" in about[0]
+        assert "hunter2" not in result.stdout + result.stderr

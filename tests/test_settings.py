@@ -161,7 +161,12 @@ class TestProviderUrls:
         [
             ("mongodb://secret@host/", "unknown lock provider URL scheme 'mongodb'"),
             ("rediss://:secret@/0", "rediss:// needs a host"),
-            ("not a url", "looks like"),
+            ("not a url", "(no '://' after the scheme); use one of db://ALIAS"),
+            ("", "the lock provider URL is empty; use one of"),
+            ("cloudflare-do://secret@host:port/", "the URL's port (a number from 0 to 65535) cannot be read"),
+            ("redis://:secret@[::1/0", "the URL's host cannot be read"),
+            ("secret-token:x@host://", "scheme (not repeated: 19 characters"),
+            ("cloudflare_do://secret@host/", "'cloudflare_do' (did you mean 'cloudflare-do://'?)"),
             ("cloudflare-do://host.example/", "needs the Worker's bearer token"),
             ("cloudflare-kv://acc@ns", "needs the account id, API token and namespace id"),
             ("db://user:pw@default", "takes a database alias"),
@@ -179,13 +184,31 @@ class TestProviderUrls:
         assert env.lock_provider_url("TSLOCK_URL")["BACKEND"].endswith("MemoryLockProvider")
         monkeypatch.delenv("TSLOCK_URL")
         assert env.lock_provider_url("TSLOCK_URL", default="db://other")["OPTIONS"] == {"using": "other"}
-        with pytest.raises(ImproperlyConfigured, match="TSLOCK_URL"):
-            env.lock_provider_url("TSLOCK_URL")
-        monkeypatch.setenv("TSLOCK_URL", "ftp://hunter2@x")
-        with pytest.raises(InvalidLockProvider) as caught:
-            env.lock_provider_url("TSLOCK_URL")
-        assert "environment variable TSLOCK_URL" in str(caught.value)
-        assert "hunter2" not in str(caught.value)
+
+    @pytest.mark.parametrize(
+        ("value", "fragment"),
+        [
+            (None, "environment variable TSLOCK_URL: Set the TSLOCK_URL environment variable; use one of"),
+            ("ftp://hunter2@x", "environment variable TSLOCK_URL: unknown lock provider URL scheme 'ftp'"),
+        ],
+    )
+    def test_env_reader_defers_a_bad_url_to_the_checks_and_the_handler(
+        self, monkeypatch: pytest.MonkeyPatch, value: str | None, fragment: str
+    ) -> None:
+        """Raised in a settings module, the error would be a long traceback: the reader
+        leaves an entry standing for it, which the checks report (tslock.E008, in
+        tests/test_checks.py) and the handler refuses to build."""
+        if value is None:
+            monkeypatch.delenv("TSLOCK_URL", raising=False)
+        else:
+            monkeypatch.setenv("TSLOCK_URL", value)
+        entry = Env().lock_provider_url("TSLOCK_URL")
+        with override_settings(TSLOCK_PROVIDERS={"default": entry}):
+            assert provider_settings()["default"] == entry, "a valid TSLOCK_PROVIDERS entry"
+            with pytest.raises(InvalidLockProvider) as caught:
+                providers["default"]
+        assert str(caught.value).startswith(f"TSLOCK_PROVIDERS['default']: {fragment}")
+        assert "hunter2" not in str(caught.value) and "hunter2" not in repr(entry)
 
 
 def test_providers_is_the_handler_whatever_was_imported_first() -> None:

@@ -24,6 +24,10 @@ provider opens no connection.
   for every command of the project with ``check --deploy`` (which imports them all).
 - tslock.E007: the database provider is configured but tslock_django's tables are not
   installed (app missing from INSTALLED_APPS, or, with --database, a table missing).
+- tslock.E008: a provider URL read from the environment (``Env.lock_provider_url``) is
+  unset, empty or malformed. The settings module cannot report it without a traceback,
+  so the reader leaves an entry standing for the error, and this check reports it in one
+  line naming the variable and the forms a URL takes (never the URL itself).
 """
 
 from __future__ import annotations
@@ -36,7 +40,15 @@ from django.apps import apps
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.views.decorators.debug import sensitive_variables
 
-from .conf import DATABASE_BACKEND, KV_BACKEND, SETTING, backend_class, provider_arguments, provider_settings
+from .conf import (
+    DATABASE_BACKEND,
+    KV_BACKEND,
+    SETTING,
+    backend_class,
+    invalid_url_error,
+    provider_arguments,
+    provider_settings,
+)
 from .core.options import TRUE_WORDS
 from .exceptions import InvalidLockProvider
 
@@ -75,6 +87,10 @@ def check_providers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             )
         )
     for alias, entry in entries.items():
+        unreadable = invalid_url_error(entry)
+        if unreadable is not None:
+            errors.append(Error(f"{SETTING}[{alias!r}]: {unreadable}", id="tslock.E008"))
+            continue
         if entry["BACKEND"] == KV_BACKEND and not _acknowledged(
             entry["OPTIONS"].get("acknowledge_advisory_lock")
         ):

@@ -12,6 +12,8 @@ always has, before the first test).
 
 from __future__ import annotations
 
+import difflib
+import re
 import sys
 import threading
 from collections.abc import Mapping
@@ -203,6 +205,9 @@ class ProviderHandler:
             known = ", ".join(map(repr, configured)) or "(none)"
             raise InvalidLockProvider(f"no lock provider {alias!r} in {SETTING}; configured aliases: {known}")
         entry = configured[alias]
+        unreadable = invalid_url_error(entry)
+        if unreadable is not None:
+            raise InvalidLockProvider(f"{SETTING}[{alias!r}]: {unreadable}")
         cls = backend_class(alias, entry["BACKEND"])
         clock, options = provider_arguments(alias, cls.__name__, cls.default_options, entry["OPTIONS"])
         return cls(alias, clock=clock, **options)
@@ -231,12 +236,51 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 # -- the URL form -------------------------------------------------------------------
 
 SCHEMES = ("db", "memory", "cloudflare-do", "cloudflare-do+http", "cloudflare-kv", "redis", "rediss")
+#: The forms a provider URL takes, for every message about a URL that is not one.
+URL_FORMS = (
+    "db://ALIAS, memory://, cloudflare-do://TOKEN@HOST/ (cloudflare-do+http:// for a local runtime), "
+    "cloudflare-kv://ACCOUNT_ID:API_TOKEN@NAMESPACE_ID?acknowledge_advisory_lock=true or "
+    "redis://[:PASSWORD@]HOST[:PORT][/DB] (rediss:// for TLS)"
+)
+#: A scheme longer than this is not quoted in an error: it is more likely a secret
+#: written where the scheme goes (``TOKEN:x@host://``) than a mistyped scheme.
+_QUOTABLE_SCHEME = 20
+_SCHEME_WORD = re.compile(r"[A-Za-z][A-Za-z0-9+._-]*")
+
+#: The BACKEND of an entry made from a provider URL that could not be read (see
+#: :func:`invalid_url_entry`). It names no class: the handler refuses to build it with
+#: the entry's message, and the system checks report it as tslock.E008.
+INVALID_URL_BACKEND = "tslock_django.conf.INVALID_URL"
+
+
+def invalid_url_entry(message: str) -> dict[str, Any]:
+    """A ``TSLOCK_PROVIDERS`` entry standing for a provider URL that could not be read.
+
+    Settings modules are imported before anything can report an error well: an error
+    raised there is a long traceback from ``settings.py``. This entry defers the error
+    instead: every management command stops at its system checks with one line
+    (tslock.E008), and a process that runs no checks (a web server) gets the same message
+    as an ``InvalidLockProvider`` when it first uses the alias. ``message`` must not hold
+    the URL, which may hold a secret.
+    """
+    return {"BACKEND": INVALID_URL_BACKEND, "OPTIONS": {"error": message}}
+
+
+def invalid_url_error(entry: Mapping[str, Any]) -> str | None:
+    """The message of an entry made by :func:`invalid_url_entry`, ``None`` for any other."""
+    if entry.get("BACKEND") != INVALID_URL_BACKEND:
+        return None
+    options = entry.get("OPTIONS")
+    error = options.get("error") if isinstance(options, Mapping) else None
+    return str(error) if error else "the provider URL could not be read"
+
+
 #: Query parameters of a redis:// URL that are the provider's OPTIONS; the others stay
 #: in the URL for redis-py (e.g. ``ssl_cert_reqs``).
 REDIS_URL_OPTIONS = ("key_prefix", "timeout")
 
 
-@sensitive_variables("url", "parts", "options", "ours", "rest")
+@sensitive_variables("url")
 def parse_provider_url(url: str) -> dict[str, Any]:
     """Turn a provider URL into a ``TSLOCK_PROVIDERS`` entry.
 
@@ -254,15 +298,31 @@ def parse_provider_url(url: str) -> dict[str, Any]:
     validates them. Percent-encode reserved characters in tokens.
 
     Raises:
-        InvalidLockProvider: an unknown scheme or a missing part. The message never
-            repeats the URL, which may hold a secret.
+        InvalidLockProvider: an empty URL, an unknown scheme, a missing part or one that
+            cannot be read (a port that is not a number). The message never repeats the
+            URL, which may hold a secret, and names the forms a URL takes.
     """
-    if not isinstance(url, str) or "://" not in url:
+    if not isinstance(url, str):
         raise InvalidLockProvider(
-            "a lock provider URL looks like 'db://default', 'memory://', "
-            "'cloudflare-do://TOKEN@HOST/', 'cloudflare-kv://ACCOUNT:TOKEN@NAMESPACE?"
-            "acknowledge_advisory_lock=true' or 'redis://:PASSWORD@HOST:6379/0'"
+            f"a lock provider URL is a string, got {type(url).__name__}; use one of {URL_FORMS}"
         )
+    if not url.strip():
+        raise InvalidLockProvider(f"the lock provider URL is empty; use one of {URL_FORMS}")
+    if "://" not in url:
+        raise InvalidLockProvider(
+            f"not a lock provider URL (no '://' after the scheme); use one of {URL_FORMS}"
+        )
+    try:
+        return _parse_provider_url(url)
+    except ValueError as err:
+        # urllib's own words quote the part it could not read (a port, a host), which may
+        # sit next to a secret: say which part, never what it holds.
+        part = "port (a number from 0 to 65535)" if "port" in str(err).lower() else "host"
+        raise InvalidLockProvider(f"the URL's {part} cannot be read; use one of {URL_FORMS}") from None
+
+
+@sensitive_variables("url", "parts", "options", "ours", "rest")
+def _parse_provider_url(url: str) -> dict[str, Any]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     options: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -301,6 +361,20 @@ def parse_provider_url(url: str) -> dict[str, Any]:
         rest = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in ours]
         url = parts._replace(query=urlencode(rest), fragment="").geturl()
         return {"BACKEND": REDIS_BACKEND, "OPTIONS": {**ours, "url": url}}
+    written = url.split("://", 1)[0]
     raise InvalidLockProvider(
-        f"unknown lock provider URL scheme {scheme!r}; use one of {', '.join(s + '://' for s in SCHEMES)}"
+        f"unknown lock provider URL scheme {_shown_scheme(written)}; use one of {URL_FORMS}"
     )
+
+
+def _shown_scheme(written: str) -> str:
+    """What was written before ``://``, quoted when it reads as a scheme (a word of at
+    most 20 characters), with the closest known scheme suggested. Anything else
+    (``TOKEN:x@host://``) may be a secret in the wrong place and is not repeated."""
+    close = difflib.get_close_matches(written.lower().replace("_", "-"), SCHEMES, n=1)
+    hint = f" (did you mean {close[0] + '://'!r}?)" if close else ""
+    if not written:
+        return "(nothing before '://')"
+    if len(written) > _QUOTABLE_SCHEME or not _SCHEME_WORD.fullmatch(written):
+        return f"(not repeated: {len(written)} characters that do not read as a scheme){hint}"
+    return f"{written!r}{hint}"

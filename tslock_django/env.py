@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 from django.views.decorators.debug import sensitive_variables
 
-from .conf import parse_provider_url
+from .conf import URL_FORMS, invalid_url_entry, parse_provider_url
 from .exceptions import InvalidLockProvider
 
 
@@ -25,13 +26,20 @@ class Env(environ.Env):  # type: ignore[misc]
 
         ``TSLOCK_PROVIDERS = {"default": env.lock_provider_url("TSLOCK_URL", default="db://default")}``
 
-        Raises:
-            ImproperlyConfigured: the variable is unset and has no default.
-            InvalidLockProvider: the URL is not a valid provider URL (the message names
-                the variable, never the URL, which may hold a token).
+        A variable that is unset (without a default), empty or not a provider URL raises
+        nothing here, in the settings module, where any error is a long traceback before
+        Django can report it. It gives an entry that stands for the error instead
+        (:func:`tslock_django.conf.invalid_url_entry`): every management command then
+        stops at the system checks with one line, tslock.E008, naming the variable and
+        the forms a URL takes, never the URL, which may hold a secret; a process that
+        runs no checks gets the same message as an ``InvalidLockProvider`` when it first
+        uses that provider.
         """
-        value = self.str(var, default=default)
+        try:
+            value = self.str(var, default=default)
+        except ImproperlyConfigured as err:  # unset without a default ("Set the ... variable")
+            return invalid_url_entry(f"environment variable {var}: {err}; use one of {URL_FORMS}")
         try:
             return parse_provider_url(value)
         except InvalidLockProvider as err:
-            raise InvalidLockProvider(f"environment variable {var}: {err}") from None
+            return invalid_url_entry(f"environment variable {var}: {err}")

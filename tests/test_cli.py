@@ -122,6 +122,31 @@ def test_list_reports_a_failing_provider_and_lists_the_others(settings: Any) -> 
     assert "bad: lock provider 'bad': HTTP 401" in err.getvalue()
 
 
+def test_list_with_nothing_from_the_providers_that_answered_says_the_listing_is_incomplete(
+    settings: Any,
+) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "bad": {"BACKEND": path_of(FailingProvider)}}
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="1 provider"):
+        call_command("tslock", "list", stdout=out, stderr=err)
+    assert "No locks." not in out.getvalue(), "a failed provider may hold locks"
+    assert out.getvalue().splitlines() == [
+        "No locks in the providers that answered; the listing is incomplete: "
+        "could not list bad (the error is on stderr)."
+    ]
+
+
+def test_a_table_from_some_providers_says_it_is_incomplete(settings: Any) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY, "bad": {"BACKEND": path_of(FailingProvider)}}
+    held("a", "visible")
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("tslock", "list", stdout=out, stderr=err)
+    assert out.getvalue().splitlines()[-1] == (
+        "The listing is incomplete: could not list bad (the error is on stderr)."
+    )
+
+
 # -- release ----------------------------------------------------------------------------
 
 

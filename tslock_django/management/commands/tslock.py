@@ -331,7 +331,7 @@ class Command(BaseCommand):
     ) -> None:
         states = STATE_CHOICES["all" if all_states else state]
         printer = _JsonPrinter(self) if as_json else _TablePrinter(self)
-        failures = 0
+        failed: list[str] = []
         left = limit
         for alias in self._aliases(provider):
             if left == 0:
@@ -342,16 +342,16 @@ class Command(BaseCommand):
                     if left is not None:
                         left -= 1
             except (InvalidLockProvider, LockProviderError, UnsupportedQuery, InvalidCursor) as err:
-                failures += 1
+                failed.append(alias)
                 # Written not to hold secrets; control characters a store's words may still
                 # hold are escaped (not backslashes: messages escape with them already).
                 self.stderr.write(visible(f"{alias}: {err}"))
             except Exception as err:  # noqa: BLE001  (report every provider, then fail)
-                failures += 1
+                failed.append(alias)
                 self.stderr.write(f"{alias}: could not be listed: unexpected {type(err).__name__}")
-        printer.close()
-        if failures:
-            raise CommandError(f"{failures} provider(s) could not be listed", returncode=1)
+        printer.close(failed)
+        if failed:
+            raise CommandError(f"{len(failed)} provider(s) could not be listed", returncode=1)
 
     def _records(
         self, alias: str, prefix: str, states: frozenset[str], limit: int | None
@@ -608,7 +608,8 @@ class _JsonPrinter:
         )
         self.count += 1
 
-    def close(self) -> None:
+    def close(self, failed: list[str]) -> None:
+        # The failures are on stderr and in the exit status: stdout stays one JSON document.
         self.out.write("[]" if self.count == 0 else "\n]")
 
 
@@ -662,7 +663,19 @@ class _TablePrinter:
     def _line(self, cells: list[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)).rstrip()
 
-    def close(self) -> None:
+    def close(self, failed: list[str]) -> None:
+        """End the table; ``failed``: the aliases that could not be listed, whose locks
+        are missing from it (a reader of stdout alone must not take it as complete)."""
         self.flush()
+        errors = "errors are" if len(failed) > 1 else "error is"
+        missing = (
+            f"could not list {', '.join(printable(alias) for alias in failed)} (the {errors} on stderr)."
+        )
         if self.count == 0:
-            self.command.stdout.write("No locks.")
+            self.command.stdout.write(
+                f"No locks in the providers that answered; the listing is incomplete: {missing}"
+                if failed
+                else "No locks."
+            )
+        elif failed:
+            self.command.stdout.write(f"The listing is incomplete: {missing}")

@@ -495,6 +495,21 @@ def test_purge_usage_errors(settings: Any, args: list[str], message: str) -> Non
         run("purge", *args)
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("x", "argument --expired-for: cannot read 'x' as a duration; use seconds"),
+        ("-3d", "argument --expired-for: must not be negative, got '-3d'; use seconds"),
+    ],
+)
+def test_a_bad_duration_names_its_option_once(settings: Any, value: str, message: str) -> None:
+    settings.TSLOCK_PROVIDERS = {"a": MEMORY}
+    with pytest.raises(CommandError) as raised:
+        run("purge", f"--expired-for={value}")
+    assert str(raised.value).startswith(f"Error: {message}")
+    assert str(raised.value).count("--expired-for") == 1
+
+
 def test_check_is_one_small_query_per_provider(settings: Any, small_pages: list[tuple[str, int]]) -> None:
     settings.TSLOCK_PROVIDERS = {"a": MEMORY, "b": MEMORY}
     assert run("check")[0].splitlines() == ["a: ok (strong)", "b: ok (strong)"]

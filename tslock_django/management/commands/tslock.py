@@ -149,9 +149,10 @@ def _batch_size(text: str) -> int:
 
 def _age(text: str) -> timedelta:
     try:
-        return parse_duration(text, field="--expired-for")
+        # No field name: argparse puts "argument --expired-for: " before the message.
+        return parse_duration(text, field="")
     except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        raise argparse.ArgumentTypeError(str(err).lstrip(": ")) from None
 
 
 def _state(record: ListedRecord, now: datetime) -> str:

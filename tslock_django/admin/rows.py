@@ -9,6 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..core.human import format_remaining as format_remaining  # admin.rows.format_remaining stays
 from ..core.records import ListedRecord, UnreadableRecord
 from ..core.times import format_time
 
@@ -173,20 +174,3 @@ def make_row(alias: str, guarantee: str, record: ListedRecord, now: datetime) ->
         overdue=now >= lock_until,
         selection=selection,
     )
-
-
-def format_remaining(remaining: timedelta | None) -> str:
-    """``"4m 12s"``, ``"overdue 3s"`` or ``"-"``: two units are enough to read a deadline."""
-    if remaining is None:
-        return "-"
-    seconds = int(remaining.total_seconds())
-    prefix = "" if seconds > 0 else "overdue "
-    seconds = abs(seconds)
-    parts: list[str] = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size or (unit == "s" and not parts):
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-        if len(parts) == 2:
-            break
-    return prefix + " ".join(parts)

@@ -39,6 +39,7 @@ from django.utils import timezone
 from ...conf import providers
 from ...core.decode import visible
 from ...core.durations import GRAMMAR_HINT, parse_duration
+from ...core.human import format_duration, format_remaining
 from ...core.provider import LockProvider
 from ...core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
 from ...core.records import ListedRecord, UnreadableRecord
@@ -474,7 +475,7 @@ class Command(BaseCommand):
         batch_size: int,
         **_: Any,
     ) -> None:
-        given = self._given_duration(expired_for)
+        given = format_duration(expired_for)
         failures = 0
         for alias in self._aliases(provider):
             try:
@@ -501,14 +502,6 @@ class Command(BaseCommand):
                 self.stdout.write(f"{alias}: deleted {records} expired for more than {given}")
         if failures:
             raise CommandError(f"{failures} provider(s) could not be purged", returncode=1)
-
-    @staticmethod
-    def _given_duration(duration: timedelta) -> str:
-        seconds = int(duration.total_seconds())
-        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-            if seconds and seconds % size == 0:
-                return f"{seconds // size}{unit}"
-        return f"{duration.total_seconds():g}s"
 
     # -- reindex ------------------------------------------------------------------------
 
@@ -638,7 +631,7 @@ class _TablePrinter:
             printable(record.locked_by),
             _local(record.locked_at, self.zone),
             _local(record.lock_until, self.zone),
-            "-" if remaining is None else (f"{int(remaining)}s" if remaining > 0 else "overdue"),
+            format_remaining(None if remaining is None else timedelta(seconds=remaining)),
             "-" if row["fencing_token"] is None else str(row["fencing_token"]),
             printable(str(row["token_fingerprint"] or "-")),
         ]

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import call_command, load_command_class
 
 from tests.admin.tslock_test_providers import MEMORY
 from tslock_django import LockConfiguration, providers
@@ -68,3 +68,7 @@ def test_tslock_list_shows_remaining_time_as_the_admin_does(settings: Any) -> No
     # Seconds pass between taking the lock and listing it: 2h less a little.
     assert row[start:].split("  ")[0] == "1h 59m", out.getvalue()
 
+
+def test_lock_wait_help_states_the_limit_as_a_duration() -> None:
+    parser = load_command_class("tests.lockapp", "locked_job").create_parser("manage.py", "locked_job")
+    assert "(at most 1h)" in " ".join(parser.format_help().split())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -16,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike, parse_duration
 from .core.executor import give_back, take
+from .core.human import format_duration
 from .core.times import format_time
 from .exceptions import InvalidLockProvider, LockHeld, LockProviderError
 
@@ -86,7 +88,8 @@ def locked_command(
             group.add_argument(
                 "--lock-wait",
                 default="0",
-                help=f"keep trying this long while the lock is held (at most {wait_cap}); default: once",
+                help=f"keep trying this long while the lock is held (at most {format_duration(wait_cap)}); "
+                "default: once",
             )
 
         def handle(self: BaseCommand, *args: Any, **options: Any) -> Any:
@@ -124,7 +127,11 @@ def locked_command(
             except ValueError as err:
                 raise CommandError(str(err)) from err
             if wait > wait_cap:
-                raise CommandError(f"--lock-wait {wait} is longer than this command allows ({wait_cap})")
+                # In the form the user wrote ("2h"), not timedelta's "2:00:00".
+                given = options.get("lock_wait")
+                shown = format_duration(given) if isinstance(given, timedelta) else str(given)
+                limit = format_duration(wait_cap)
+                raise CommandError(f"--lock-wait {shown} is more than this command allows (at most {limit})")
             return config, options.get("lock_provider") or using, wait
 
         cls.add_arguments = add_arguments  # type: ignore[method-assign]

@@ -527,6 +527,20 @@ def test_runtime_install_and_remove_exclude_each_other() -> None:
         run("runtime", "--install", "--remove")
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "9000"], "--port and --persist go with --serve"),
+        (["--persist", "state"], "--port and --persist go with --serve"),
+        (["--serve", "--port", "65536"], "argument --port: must be a whole number from 0 to 65535"),
+        (["--serve", "--install"], "argument --install: not allowed with argument --serve"),
+    ],
+)
+def test_runtime_serve_usage_errors(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        run("runtime", *args)
+
+
 def test_django_options_may_follow_the_subcommand(tmp_path: Any) -> None:
     # As after any other command: argparse used to refuse them after "list", "check" ...
     root = Path(__file__).resolve().parent.parent

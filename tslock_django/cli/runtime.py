@@ -5,14 +5,11 @@ Without options it says whether the runtime is installed and where; ``--install`
 into the per-user cache ahead of time (the first ``LocalWorker`` would otherwise do it);
 ``--remove`` deletes every runtime this user installed, which ``pip uninstall`` cannot
 reach; ``--serve [--port N] [--persist DIR]`` runs the companion Worker on it in the
-foreground, on 127.0.0.1:8787 by default, until Ctrl-C. The module name starts with an
-underscore so Django does not take it for a command of its own: ``tslock.py`` adds it as a
-subcommand.
+foreground, on 127.0.0.1:8787 by default, until Ctrl-C.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import secrets
@@ -26,7 +23,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...testing import worker_runtime as runtime
+from ..testing import worker_runtime as runtime
+from .arguments import port as port_number
 
 HELP = (
     "Show, install (--install) or remove (--remove) the local Workers runtime, or run the Worker "
@@ -39,18 +37,6 @@ DEFAULT_PORT = 8787
 
 #: Seconds the Worker gets to stop after SIGTERM before its process group is killed.
 STOP_GRACE = 10.0
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(
-            f"must be a whole number from 0 to 65535 (0: any free port), got {text!r}"
-        )
-    return value
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -75,7 +61,7 @@ def add_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument(
         "--port",
-        type=_port,
+        type=port_number,
         default=None,
         help=f"With --serve: the port on 127.0.0.1 (default {DEFAULT_PORT}; 0 picks a free one).",
     )

@@ -422,8 +422,9 @@ def test_a_malformed_tslock_url_fails_a_command_with_one_line_not_a_traceback(
         assert "Traceback" not in result.stderr
         about = [line for line in result.stderr.splitlines() if "TSLOCK_URL" in line]
         assert len(about) == 1, result.stderr
-        expected = "?: (tslock.E008) TSLOCK_PROVIDERS['default']: environment variable TSLOCK_URL"
-        assert about[0].startswith(expected)
+        assert about[0].startswith(
+            "?: (tslock.E008) TSLOCK_PROVIDERS['default']: environment variable TSLOCK_URL"
+        )
         # The expected form: all of them, or the one of the scheme that was given.
         assert "cloudflare-do://TOKEN@HOST/" in about[0]
         assert "hunter2" not in result.stdout + result.stderr

@@ -330,7 +330,7 @@ def test_list_shows_unreadable_times_as_unknown(settings: Any) -> None:
 @pytest.fixture
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """Pages of 2 records, and a log of (alias, limit) for every query the stores answer."""
-    from tslock_django.management.commands import tslock
+    from tslock_django.cli import list_locks as tslock
     from tslock_django.providers.memory import MemoryLockProvider
 
     monkeypatch.setattr(tslock, "PAGE_SIZE", 2)
@@ -523,6 +523,33 @@ def test_runtime_says_where_the_local_workers_runtime_is() -> None:
 def test_runtime_install_and_remove_exclude_each_other() -> None:
     with pytest.raises(CommandError, match="not allowed with argument --install"):
         run("runtime", "--install", "--remove")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "9000"], "--port and --persist go with --serve"),
+        (["--persist", "state"], "--port and --persist go with --serve"),
+        (["--serve", "--port", "65536"], "argument --port: must be a whole number from 0 to 65535"),
+        (["--serve", "--install"], "argument --install: not allowed with argument --serve"),
+    ],
+)
+def test_runtime_serve_usage_errors(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        run("runtime", *args)
+
+
+def test_each_subcommand_is_a_module_of_its_own_and_the_old_names_still_import() -> None:
+    from tslock_django.cli import SUBCOMMANDS
+    from tslock_django.management.commands import tslock
+
+    assert list(SUBCOMMANDS) == ["list", "release", "check", "purge", "reindex", "worker", "runtime"]
+    modules = {module.__name__ for module in SUBCOMMANDS.values()}
+    assert len(modules) == len(SUBCOMMANDS)
+    assert all(name.startswith("tslock_django.cli.") for name in modules)
+    # What code may have imported from the command module before the split.
+    assert {name: hasattr(tslock, name) for name in tslock.__all__} == dict.fromkeys(tslock.__all__, True)
+    assert tslock.printable("\x1b[2J") == "\\x1b[2J"
 
 
 def test_django_options_may_follow_the_subcommand(tmp_path: Any) -> None:

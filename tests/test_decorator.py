@@ -118,7 +118,7 @@ def test_provider_and_duration_overrides() -> None:
     [
         (["--lock-at-most-for", "soon"], "lock_at_most_for: cannot read 'soon'"),
         (["--lock-at-least-for", "2m"], "must not be longer than lock_at_most_for"),
-        (["--lock-wait", "2h"], "--lock-wait 2h is longer than this command allows (at most 1h)"),
+        (["--lock-wait", "2h"], "--lock-wait 2h is more than this command allows (at most 1h)"),
         (["--lock-wait", "-1"], "--lock-wait must not be negative"),
         (["--lock-provider", "nope"], "no lock provider 'nope'"),
     ],

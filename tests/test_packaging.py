@@ -82,3 +82,21 @@ def test_the_matrix_installs_the_test_group_without_lint_and_type_tools() -> Non
     names = {matrix.requirement_name(r) for r in requirements}
     assert "pytest" in names and "pytest-django" in names
     assert not names & matrix.NOT_FOR_THE_SUITE
+
+
+def test_the_summary_names_the_store_of_every_built_in_provider() -> None:
+    # What `pip show` and package indexes print: a store left out there is one a reader
+    # never learns this package supports.
+    from tslock_django import conf
+
+    stores = {
+        conf.DATABASE_BACKEND: "Django database",
+        conf.REDIS_BACKEND: "Redis",
+        conf.DURABLE_OBJECT_BACKEND: "Cloudflare Durable Objects",
+        conf.KV_BACKEND: "Workers KV",
+    }
+    built_in = {value for name, value in vars(conf).items() if name.endswith("_BACKEND")}
+    # The in-process store is for tests; the invalid-URL marker is no store at all.
+    assert built_in - {conf.MEMORY_BACKEND, conf.INVALID_URL_BACKEND} == set(stores)
+    missing = [store for store in stores.values() if store not in meta()["description"]]
+    assert missing == []

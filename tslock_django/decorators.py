@@ -150,10 +150,8 @@ def locked_command(
                 # In the form the user wrote ("2h"), not timedelta's "2:00:00".
                 given = options.get("lock_wait")
                 shown = format_duration(given) if isinstance(given, timedelta) else str(given)
-                raise CommandError(
-                    f"--lock-wait {shown} is longer than this command allows "
-                    f"(at most {format_duration(wait_cap)})"
-                )
+                limit = format_duration(wait_cap)
+                raise CommandError(f"--lock-wait {shown} is more than this command allows (at most {limit})")
             return config, options.get("lock_provider") or using, wait
 
         cls.add_arguments = add_arguments  # type: ignore[method-assign]

@@ -17,7 +17,7 @@ import pytest
 from django.core.management.base import BaseCommand, CommandError
 
 from tests.conftest import require_node
-from tslock_django.management.commands import _runtime
+from tslock_django.cli import runtime as _runtime
 from tslock_django.testing import worker_runtime
 from tslock_django.testing.worker_runtime import LocalWorker, WorkerRuntimeError
 from tslock_django.worker.export import worker_modules

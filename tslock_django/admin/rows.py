@@ -9,7 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from ..core.human import format_remaining
+from ..core.human import format_remaining as format_remaining  # admin.rows.format_remaining stays
 from ..core.provider import check_fencing_token
 from ..core.records import ListedRecord, UnreadableRecord
 from ..core.times import format_time

@@ -21,8 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON array of flat objects")
 
 
-def handle(command: BaseCommand, options: dict[str, Any]) -> int:
-    """Print the overdue names; returns the exit status (1 when any alerts)."""
+def handle(command: BaseCommand, **options: Any) -> None:
+    """Print the overdue names.
+
+    Raises:
+        CommandError: any is late or failing (exit status 1, after the list is printed);
+            the journal is off or its settings or database failed.
+    """
     from django.db import DatabaseError
 
     try:
@@ -44,4 +49,5 @@ def handle(command: BaseCommand, options: dict[str, Any]) -> int:
     else:
         for s in found:
             command.stdout.write(f"{s.status:<8} {visible(s.name)}: {visible(s.reason)}")
-    return 1 if alerting else 0
+    if alerting:
+        raise CommandError("scheduled jobs are late or failing (listed above)", returncode=1)

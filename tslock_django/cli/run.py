@@ -158,7 +158,12 @@ def _check_together(parser: argparse.ArgumentParser, options: argparse.Namespace
         parser.error(str(err))
 
 
-def handle(command: BaseCommand, options: dict[str, Any]) -> int | None:
+def handle(command: BaseCommand, **options: Any) -> None:
+    """Run the program under its lock and end with its exit status (see :func:`exit_with`)."""
+    exit_with(command, run_program(command, options))
+
+
+def run_program(command: BaseCommand, options: dict[str, Any]) -> int | None:
     """Run the program under its lock; returns the exit status (``None`` for 0).
 
     Raises:

@@ -63,7 +63,7 @@ def as_json(run: Any, outcome: str) -> dict[str, Any]:
     }
 
 
-def handle(command: BaseCommand, options: dict[str, Any]) -> None:
+def handle(command: BaseCommand, **options: Any) -> None:
     from datetime import datetime, timezone
 
     from django.db import DatabaseError

@@ -543,7 +543,18 @@ def test_each_subcommand_is_a_module_of_its_own_and_the_old_names_still_import()
     from tslock_django.cli import SUBCOMMANDS
     from tslock_django.management.commands import tslock
 
-    assert list(SUBCOMMANDS) == ["list", "release", "check", "purge", "reindex", "worker", "runtime"]
+    assert list(SUBCOMMANDS) == [
+        "list",
+        "release",
+        "check",
+        "purge",
+        "reindex",
+        "worker",
+        "runtime",
+        "run",
+        "runs",
+        "overdue",
+    ]
     modules = {module.__name__ for module in SUBCOMMANDS.values()}
     assert len(modules) == len(SUBCOMMANDS)
     assert all(name.startswith("tslock_django.cli.") for name in modules)

@@ -15,15 +15,9 @@ imports only when a Redis provider is configured.
 
 from __future__ import annotations
 
-import functools
-import json
 import math
-import os
-import re
 import secrets
-import select
 import threading
-import weakref
 from collections.abc import Callable, Generator, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -45,11 +39,14 @@ from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerpri
 from ..core.secrets import cache_passwords, cut, scrub, url_passwords
 from ..core.steps import SteppedPrimitives, drive
 from ..exceptions import LockProviderError
+from . import redis_replies as replies
 from .epoch import EPOCH, MAX_EPOCH_US
 from .options import DJANGO_REDIS_CACHE as DJANGO_REDIS_CACHE
 from .options import DJANGO_REDIS_PACKAGE_CACHE as DJANGO_REDIS_PACKAGE_CACHE
 from .options import REDIS
 from .redis_async import AsyncEdge, AsyncRedis, async_pool_like, async_url_pool
+from .redis_connection import LIVE_PROVIDERS, Kept
+from .redis_errors import explain, scrub_chain
 from .redis_scripts import SCRIPTS, Call
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -125,13 +122,13 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         self._pool: redis.ConnectionPool | None = None
         #: Connections kept between operations (see ``_roundtrip``), one per thread
         #: running an operation at the same moment.
-        self._kept: list[_Kept] = []
+        self._kept: list[Kept] = []
         self._locked_by_cache = ("", '""')
         if self.options["url"] is not None:
             self._pool = self._url_pool(str(self.options["url"]))
         #: The asyncio connections (see ``redis_async``), opened on first async use.
         self._async_edge = AsyncEdge(self._async_pool)
-        _LIVE_PROVIDERS.add(self)
+        LIVE_PROVIDERS.add(self)
 
     # -- options -------------------------------------------------------------------
 
@@ -243,7 +240,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
 
         ``err`` becomes the error's cause, and a cause's text is shown too (by Django's
         error page, by ``logging`` with the traceback): it is scrubbed in place."""
-        self._scrub_chain(err, tokens)
+        scrub_chain(err, lambda text: self._scrub(text, tokens))
         detail = decode.visible(self._scrub(str(err), tokens)) or type(err).__name__
         if not isinstance(err, redis.RedisError):
             # Not an error redis-py reports but one it (or this provider) ran into, mostly
@@ -254,52 +251,14 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
                 "nothing in between that changes its answers?",
                 alias=self.alias,
             )
-        return LockProviderError(f"{what}: {self._explain(err, detail)}", alias=self.alias)
-
-    def _scrub_chain(self, err: BaseException, tokens: Sequence[str]) -> None:
-        """Mask the password and ``tokens`` in the texts of ``err`` and of the errors it
-        was raised from (their ``args``, from which their messages are made)."""
-        seen: set[int] = set()
-        current: BaseException | None = err
-        while current is not None and id(current) not in seen:
-            seen.add(id(current))
-            current.args = tuple(
-                self._scrub(arg, tokens) if isinstance(arg, str) else arg for arg in current.args
-            )
-            current = current.__cause__ or current.__context__
-
-    def _explain(self, err: redis.RedisError, detail: str) -> str:
-        refused = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password")
-        if isinstance(err, redis.AuthenticationError) or any(code in detail for code in refused):
-            if self.options["url"] is not None and not self._passwords:
-                return f"Redis refused the credentials ({detail}); it needs a password and the URL has none"
-            return f"Redis refused the credentials ({detail}); check the user and password in the URL"
-        if isinstance(err, redis.TimeoutError):
-            return f"Redis did not answer in time ({detail}); is the server up and not overloaded?"
-        if isinstance(err, redis.ReadOnlyError) or "READONLY" in detail:
-            return (
-                f"the server is a read-only replica ({detail}); point the provider at the primary "
-                "(locks are written there)"
-            )
-        if isinstance(err, redis.ConnectionError):
-            return f"could not talk to Redis ({detail}); is the server up and the URL right?"
-        if "not one tslock wrote" in str(err):  # the full text: detail may be cut short
-            # A script met a value under this lock's name that is not a record (see
-            # readable() in redis_scripts): nobody can be said to hold it or not.
-            return (
-                f"Redis holds a value for this lock in {self._records!r} that was written by something "
-                "else (not a tslock record), so whether it is held cannot be told and nothing was "
-                "changed; delete that field of the hash (HDEL) or use another key_prefix"
-            )
-        if "Error compiling script" in detail:
-            # Redis before 7 cannot read the scripts' "#!lua" first line.
-            return f"Redis refused the lock script ({detail}); the Redis provider needs Redis 7 or later"
-        if "user_script" in detail:
-            return (
-                f"a tslock script failed in Redis ({detail}); were keys under key_prefix "
-                f"{self.options['key_prefix']!r} written by something else? Use another key_prefix"
-            )
-        return f"Redis answered an error ({detail})"
+        explained = explain(
+            err,
+            detail,
+            password_missing=self.options["url"] is not None and not self._passwords,
+            records=self._records,
+            key_prefix=self.options["key_prefix"],
+        )
+        return LockProviderError(f"{what}: {explained}", alias=self.alias)
 
     def _roundtrip(self, packed: bytes) -> Any:
         """Send one packed command and read its answer.
@@ -309,13 +268,13 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         run twice) and instruments every command. And the connection is kept between
         operations instead of being checked out of the pool for each: the pool's
         checkout (locks, metrics, and a test of the socket in three system calls) costs
-        about as much as Redis spends running the script. :class:`_Kept` makes the
+        about as much as Redis spends running the script. :class:`Kept` makes the
         same test in one ``poll``."""
         try:
             kept = self._kept.pop()
         except IndexError:
             pool = self.client().connection_pool
-            kept = _Kept(pool, pool.get_connection())
+            kept = Kept(pool, pool.get_connection())
         connection = kept.connection
         try:
             kept.ready()
@@ -424,7 +383,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             raise decode.Unreadable("a time is out of range")
         if stored_name != name:
             raise decode.Unreadable("the record names another lock than the one it is stored under")
-        if not _HEAD.match(_text(raw)):
+        if not replies.HEAD.match(replies.text(raw)):
             # The scripts read records at fixed places (see redis_scripts): one in
             # another layout is refused there, so it is unreadable here too.
             raise decode.Unreadable("the value is not in the fixed layout tslock writes")
@@ -480,7 +439,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         # Cached: the scripts take it as JSON and it rarely changes.
         cached = self._locked_by_cache
         if cached[0] != self.locked_by:
-            cached = self._locked_by_cache = (self.locked_by, _json_text(self.locked_by))
+            cached = self._locked_by_cache = (self.locked_by, replies.json_text(self.locked_by))
         return cached[1]
 
     # -- the primitives --------------------------------------------------------------
@@ -498,9 +457,9 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             self._acquire_call,
             "acquire",
             name,
-            [name, at_most, at_least, token, _json_text(name), self._locked_by_json()],
+            [name, at_most, at_least, token, replies.json_text(name), self._locked_by_json()],
             tokens=[token],
-            read=_acquire_answer,
+            read=replies.acquire_answer,
         )
         if isinstance(reply, list):  # {1, record}: ours already; {0, record}: the holder's
             acquired, raw = reply
@@ -512,7 +471,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             )
         # Acquired: "locked_at|fencing"; the rest is what this call sent.
         try:
-            at, fencing = _text(reply).split("|")
+            at, fencing = replies.text(reply).split("|")
             locked_at = int(at)
             record = LockRecord(
                 name=name,
@@ -534,9 +493,13 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         )
 
     def _unlock_steps(self, held: SimpleLock) -> Generator[bytes, Any, bool]:
-        args = [held.name, held.token, _json_text(held.name)]
+        args = [held.name, held.token, replies.json_text(held.name)]
         return bool(
-            (yield from self._script(self._unlock_call, "unlock", held.name, args, [held.token], _flag))
+            (
+                yield from self._script(
+                    self._unlock_call, "unlock", held.name, args, [held.token], replies.flag
+                )
+            )
         )
 
     def _extend_steps(
@@ -551,10 +514,10 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
                 held.token,
                 max(1, _us(config.lock_at_most_for)),
                 _us(config.lock_at_least_for),
-                _json_text(held.name),
+                replies.json_text(held.name),
             ],
             tokens=[held.token],
-            read=_record_or_none,
+            read=replies.record_or_none,
         )
         if raw is None:
             return None
@@ -572,9 +535,9 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             self._force_release_call,
             "force-release",
             name,
-            [name, kind, value, _json_text(name)],
+            [name, kind, value, replies.json_text(name)],
             tokens=[value] if kind == "token" else [],
-            read=_flag,
+            read=replies.flag,
         )
         return bool(released)
 
@@ -587,7 +550,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             key, name = query.keyset(after)
             if query.order == "name":
                 # Strictly after the cursor's name, in the walk's direction.
-                bound = b"(" + _wire(str(key))
+                bound = b"(" + replies.wire(str(key))
                 if query.descending:
                     upper = bound
                 else:
@@ -613,7 +576,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
                 max(QUERY_BUDGET, 2 * (query.limit + 1)),
                 decode.MAX_RECORD_BYTES,
             ],
-            read=_listing_answer,
+            read=replies.listing_answer,
         )
         status, resume_key, resume_name, total = reply[:4]
         entries = reply[4:]
@@ -644,12 +607,12 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         """The keyset position of an index entry: ``[name, name]`` by name, else
         ``[score in microseconds, name]``. A name that is not UTF-8 (its record is an
         unreadable row) has its place too, so the walk goes on past it: its bytes,
-        carried in the cursor as surrogate escapes (see :func:`_index_name`)."""
-        name = _index_name(raw_name)
+        carried in the cursor as surrogate escapes (see :func:`replies.index_name`)."""
+        name = replies.index_name(raw_name)
         if query.order == "name":
             return [name, name]
         try:
-            score = float(_text(key))
+            score = float(replies.text(key))
         except (UnicodeError, ValueError):
             score = math.nan
         if not math.isfinite(score) or not 0 <= score <= MAX_EPOCH_US:
@@ -667,7 +630,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         contains the byte 0xFF, so every such name sorts below ``prefix + 0xFF``."""
         if not prefix:
             return b"-", b"+"
-        encoded = _wire(prefix)
+        encoded = replies.wire(prefix)
         return b"[" + encoded, b"(" + encoded + b"\xff"
 
     def purge(self, expired_for: timedelta, *, dry_run: bool = False, batch_size: int = 500) -> int:
@@ -691,145 +654,13 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         batch = min(batch_size, MAX_PURGE_BATCH)
         args = [_us(expired_for), batch]
         if dry_run:
-            counted: int = self._run(self._purge_call, "purge (dry run)", "", [*args, "1"], read=_count)
+            counted: int = self._run(
+                self._purge_call, "purge (dry run)", "", [*args, "1"], read=replies.count
+            )
             return counted
         deleted = 0
         while True:
-            count: int = self._run(self._purge_call, "purge", "", [*args, "0"], read=_count)
+            count: int = self._run(self._purge_call, "purge", "", [*args, "0"], read=replies.count)
             deleted += count
             if count < batch:
                 return deleted
-
-
-@functools.lru_cache(maxsize=1024)
-def _json_text(text: str) -> str:
-    """``text`` as a JSON string (the scripts splice it into records); cached, as the
-    same few lock names come back again and again."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-#: The fixed start of a record (see ``redis_scripts``), up to the name: the scripts read
-#: the times, state and fencing token at these places.
-_HEAD = re.compile(
-    r'\{"u":"[0-9]{16}","r":[012],"l":"[0-9]{16}","a":"[0-9]{16}","f":"[0-9]{1,20}","t":"[^"\\]*","n":'
-)
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _index_name(raw: object) -> str:
-    """A name as an index holds it, as text that :func:`_wire` turns back into the same
-    bytes: bytes that are not UTF-8 become surrogate escapes (only in a cursor position,
-    never in a record's name)."""
-    return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else str(raw)
-
-
-def _wire(text: str) -> bytes:
-    """``text`` as Redis gets it: UTF-8, with :func:`_index_name`'s escapes made bytes again."""
-    return text.encode("utf-8", "surrogateescape")
-
-
-# How the provider reads the scripts' answers (see ``RedisLockProvider._run``): an
-# answer of another shape raises, and ``_run`` reports it as the server's failure.
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _flag(reply: object) -> bool:
-    """A script's 1 (done) or 0 (not done)."""
-    if _is_int(reply) and reply in (0, 1):
-        return reply == 1
-    raise TypeError(f"expected 0 or 1, got {_kind(reply)}")
-
-
-def _count(reply: object) -> int:
-    if isinstance(reply, int) and not isinstance(reply, bool) and reply >= 0:
-        return reply
-    raise TypeError(f"expected a count, got {_kind(reply)}")
-
-
-def _kind(reply: object) -> str:
-    # Never the value: an echo may hold what was sent.
-    return f"a {type(reply).__name__}"
-
-
-def _record_or_none(reply: object) -> object:
-    """The extend script's record (a string) or nil."""
-    if reply is not None and not isinstance(reply, (bytes, str)):
-        raise TypeError(f"expected a record or nil, got {_kind(reply)}")
-    return reply
-
-
-def _acquire_answer(reply: object) -> object:
-    """``{0 or 1, record}`` or the string ``'locked_at|fencing'`` (read further by the
-    caller, which reports what it cannot read as a malformed record)."""
-    if isinstance(reply, list):
-        if len(reply) != 2 or not _is_int(reply[0]) or reply[0] not in (0, 1):
-            raise TypeError(f"expected {{0 or 1, record}}, got a list of {len(reply)}")
-    elif not isinstance(reply, (bytes, str)):
-        raise TypeError(f"expected a list or a string, got {_kind(reply)}")
-    return reply
-
-
-def _listing_answer(reply: object) -> list[Any]:
-    """``{status, resume key, resume name, total, (name, key, record)...}``."""
-    if not isinstance(reply, list) or len(reply) < 4 or (len(reply) - 4) % 3:
-        raise TypeError("expected the listing script's list of a status and whole entries")
-    status, total = reply[0], reply[3]
-    if not (_is_int(status) and status in (0, 1, 2) and _is_int(total)):
-        raise TypeError("expected a status of 0, 1 or 2 and a total")
-    return reply
-
-
-class _Kept:
-    """A connection checked out of the pool once and kept by a provider, with a
-    ``poll`` on its socket: before each command, one system call that does not wait
-    tells whether the server closed the connection (a restart, an idle timeout) or
-    left bytes on it; either way it is connected again before anything is sent, as the
-    pool does on checkout."""
-
-    __slots__ = ("_poll", "_socket", "connection", "pool")
-
-    def __init__(self, pool: redis.ConnectionPool, connection: Any) -> None:
-        self.pool, self.connection = pool, connection
-        self._socket: Any = None
-        self._poll: Any = None
-
-    def ready(self) -> None:
-        connection = self.connection
-        sock = getattr(connection, "_sock", None)
-        if sock is not None and sock is not self._socket:
-            self._watch(sock)
-        if sock is None or self._readable():
-            connection.disconnect()
-            connection.connect()
-            self._watch(getattr(connection, "_sock", None))
-
-    def _watch(self, sock: Any) -> None:
-        self._socket = sock
-        if _HAS_POLL and sock is not None:
-            self._poll = select.poll()
-            self._poll.register(sock, select.POLLIN)
-
-    def _readable(self) -> bool:
-        if _HAS_POLL:
-            return bool(self._poll.poll(0))
-        return bool(select.select([self._socket], [], [], 0)[0])  # pragma: no cover - Windows
-
-
-_HAS_POLL = hasattr(select, "poll")
-#: Providers whose kept connections a forked child must not use (they are the parent's).
-_LIVE_PROVIDERS: weakref.WeakSet[RedisLockProvider] = weakref.WeakSet()
-
-
-def _forget_kept_connections() -> None:
-    for provider in list(_LIVE_PROVIDERS):
-        provider._forget_connections()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_kept_connections)

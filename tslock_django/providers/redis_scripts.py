@@ -472,7 +472,7 @@ def pack(words: Sequence[object]) -> bytes:
 def _bulk(word: object) -> bytes:
     if isinstance(word, str):
         # A cursor carries an index name that is not UTF-8 as surrogate escapes (see
-        # redis._index_name); they become its bytes again. Other text is plain UTF-8.
+        # redis_replies.index_name); they become its bytes again. Other text is plain UTF-8.
         data = word.encode("utf-8", "surrogateescape")
     elif isinstance(word, bytes):
         data = word

@@ -75,7 +75,9 @@ def test_the_fixed_statements_are_prepared_once_and_nothing_else_is(fresh_connec
     assert provider.force_unlock("prepared", expected=None) is False  # already released
     prepared = server_prepared()
     assert len(prepared) == 4, prepared  # acquire, extend, unlock, force release: once each
-    assert any("INSERT INTO tslock_lock" in text for text in prepared)
+    # Acquire and unlock are the calls of migration 0007's functions.
+    assert any(text.startswith("SELECT * FROM tslock_acquire(") for text in prepared)
+    assert any(text.startswith("SELECT tslock_unlock(") for text in prepared)
     assert any(
         text.startswith("UPDATE tslock_lock SET lock_until") and "RETURNING" in text for text in prepared
     )
@@ -109,7 +111,7 @@ def test_prepared_statements_pass_through_django_hooks(fresh_connection: None) -
     with connections["postgres"].execute_wrapper(hook):
         held = provider.lock(LockConfiguration("hooked", "1m"))
         assert held is not None and held.unlock() is True
-    assert len(seen) == 2 and seen[0].lstrip().startswith("WITH taken")
+    assert len(seen) == 2 and seen[0].startswith("SELECT * FROM tslock_acquire(")
     assert len(server_prepared()) == 2  # and they ran prepared
 
 

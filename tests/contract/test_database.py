@@ -48,6 +48,7 @@ def without_returning(provider: DatabaseLockProvider) -> DatabaseLockProvider:
     provider._dialect = dialect
     provider._sql = _Statements.build(dialect, provider.use_db_time)
     provider._upsert_returning = False
+    provider._routines = None
     return provider
 
 

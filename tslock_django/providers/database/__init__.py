@@ -40,7 +40,10 @@ errors, the protocol's steps); ``statements`` writes them once per provider from
 dialect; ``dialect`` is what every vendor answers and ``postgresql``, ``mysql`` and
 ``sqlite`` are each vendor's answers; ``listing`` writes a page's ``SELECT``;
 ``retention`` is ``purge()``; ``prepared`` is psycopg's server-side prepared statements;
-``tables`` names the tables and limits.
+``routines`` installs the server-side routines of migration 0007 (on PostgreSQL the functions
+``tslock_acquire`` and ``tslock_unlock``, which acquire and unlock call with the database's
+clock, falling back to the plain statements where they are missing); ``tables`` names the
+tables and limits.
 """
 
 from __future__ import annotations

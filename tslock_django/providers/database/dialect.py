@@ -6,11 +6,27 @@ reader of one vendor's path never reads another's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from .tables import TABLE
+from typing import Any
 
 #: The parameters of the plain upsert, in order, by name (see ``Statements``).
 UPSERT_SLOTS: tuple[str, ...] = ("name", "until", "now", "locked_by", "token")
+
+
+@dataclass(frozen=True)
+class Routines:
+    """The calls of server-side routines that a migration creates (0007), where a
+    vendor has them: each is one statement whose plans the server keeps per session,
+    with no named client-side statement that a pooler could hand to another session."""
+
+    #: Parameters [name, lock_at_most_for in microseconds, locked_by, token digest];
+    #: returns the row as ``Statements.columns`` reads it (ours when granted).
+    acquire: str
+    #: Parameters [name, token digest, lock_at_least_until in epoch microseconds];
+    #: returns one row whose one column is true (1) when the lock was released.
+    unlock: str
+    #: What the server answers when a routine is not there (the migration has not
+    #: run): SQLSTATEs on PostgreSQL, error numbers on MySQL.
+    missing: tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
@@ -20,6 +36,8 @@ class Upsert:
 
     #: ``INSERT INTO <target> (<fields>)``
     head: str
+    #: The lock table as this statement names it (schema-qualified inside a routine).
+    table: str
     #: The proposed row's values: the SQL of name, until, now, locked_by, token, fencing.
     values: tuple[str, ...]
     #: ``<on conflict clause> <assignments> RETURNING <columns>``
@@ -42,9 +60,9 @@ class Dialect:
     #: Whether extend hands its new deadline back in the statement's own reply (the
     #: cursor's ``lastrowid``) rather than by ``RETURNING``.
     extend_carries_deadline = False
-    #: The table as the upsert names it, so the conflict clause can tell the row that
+    #: How the upsert names its table, so the conflict clause can tell the row that
     #: exists (``current``) from the one proposed (``proposed``).
-    upsert_target = f"{TABLE} AS held"
+    upsert_alias = " AS held"
     on_conflict_update = "ON CONFLICT (name) DO UPDATE SET"
     #: How a read takes a shared row lock (a fresh INSERT reads the fencing mark so,
     #: where ``purge_lock`` does not keep it current instead).
@@ -54,6 +72,9 @@ class Dialect:
     purge_lock: str | None = None
     #: How a read takes an exclusive row lock (purge locks the rows it deletes).
     update_lock = ""
+    #: The server-side routines of acquire and unlock (with the database's clock),
+    #: where this vendor has them and they pay (see ``Routines``).
+    routines: Routines | None = None
 
     def now(self) -> str:
         raise NotImplementedError
@@ -111,3 +132,16 @@ class Dialect:
     def extend_deadline(self, until: str) -> str:
         """The new ``lock_until`` that extend writes, given the SQL of "now + d"."""
         return until
+
+    def missing_routine(self, err: BaseException) -> bool:
+        """Whether the driver's error ``err`` says a routine of ``routines`` is not there."""
+        return False
+
+    def create_routines(self, cursor: Any) -> list[str]:
+        """The statements that create (or replace) ``routines`` on the database that
+        ``cursor`` reads (migration 0007); none where the vendor has none."""
+        return []
+
+    def drop_routines(self, cursor: Any) -> list[str]:
+        """The statements that drop what ``create_routines`` made."""
+        return []

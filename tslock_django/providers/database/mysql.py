@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .dialect import Dialect
-from .tables import TABLE
 
 _EPOCH = "'1970-01-01 00:00:00'"
 
@@ -16,7 +15,7 @@ class MySQL(Dialect):
     # MariaDB 10.5 and later return rows from an INSERT, an upsert too; MySQL never does.
     upsert_returning = None
     extend_carries_deadline = True
-    upsert_target = TABLE
+    upsert_alias = ""
     on_conflict_update = "ON DUPLICATE KEY UPDATE"
     share_lock = " LOCK IN SHARE MODE"  # MariaDB has no FOR SHARE
     update_lock = " FOR UPDATE"

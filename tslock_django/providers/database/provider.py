@@ -27,13 +27,10 @@ from ...exceptions import LockProviderError
 from ..epoch import from_epoch_us, to_epoch_us
 from ..options import DATABASE, check_database_vendor
 from . import tables
-from .dialect import Dialect
 from .listing import PageStatements, unmatchable
-from .mysql import MySQL
-from .postgresql import PostgreSQL
 from .prepared import prepared_cursor, prepares, statement_gone
 from .retention import Retention
-from .sqlite import SQLite
+from .routines import DIALECTS
 from .statements import Statements
 from .tables import TABLE
 
@@ -41,9 +38,9 @@ logger = logging.getLogger("tslock_django")
 
 T = TypeVar("T")
 
-#: The dialect of each ``connection.vendor`` the provider speaks to.
-DIALECTS: dict[str, type[Dialect]] = {d.vendor: d for d in (PostgreSQL, MySQL, SQLite)}
 _MICRO = timedelta(microseconds=1)
+#: The databases already warned about missing routines in this process (one line each).
+_WARNED_NO_ROUTINES: set[str] = set()
 
 
 class DatabaseLockProvider(LockProvider):
@@ -83,6 +80,10 @@ class DatabaseLockProvider(LockProvider):
         self.use_db_time = self.options["use_db_time"]
         self._dialect = DIALECTS[vendor]()
         self._sql = Statements.build(self._dialect, self.use_db_time)
+        # Acquire and unlock as calls of the routines of migration 0007, where the vendor
+        # has them; on the caller's clock the plain statements (the routines read the
+        # database's). None once a call found them missing (see _call).
+        self._routines = self._dialect.routines if self.use_db_time else None
         # Whether acquire is the one upsert (see _upsert_returns; None: not known yet).
         self._upsert_returning = self._dialect.upsert_returning
         # The SQL of "now" in reads; its parameter (if any) comes from _now().
@@ -224,7 +225,11 @@ class DatabaseLockProvider(LockProvider):
         # is then no key to this holding, and hex digests compare exactly on every
         # database (MariaDB's default collation would fold the case of raw tokens).
         digest = token_digest(token)
-        if self._upsert_returns(conn):
+        rows: list[Any] | None = None
+        if self._routines is not None:
+            call = [name, config.lock_at_most_for // _MICRO, self.locked_by, digest]
+            rows = self._call(conn, what, self._routines.acquire, call)
+        if rows is None and self._upsert_returns(conn):
             values = {
                 "name": [name],
                 "until": self._until(config.lock_at_most_for),
@@ -234,6 +239,7 @@ class DatabaseLockProvider(LockProvider):
             }
             params = [value for slot in self._sql.acquire_slots for value in values[slot]]
             rows = self._run(conn, what, self._sql.acquire, params, fetch=True, prepared=True)[1]
+        if rows is not None:
             if not rows:
                 # An upsert always ends with a row; none is a store that misbehaves,
                 # never "held".
@@ -257,6 +263,26 @@ class DatabaseLockProvider(LockProvider):
             provider=self.alias,
         )
         return self.handle(record, config)
+
+    def _call(self, conn: BaseDatabaseWrapper, what: str, sql: str, params: list[Any]) -> list[Any] | None:
+        """Call a routine of migration 0007; its rows, or ``None`` when the routine is
+        not in the database (the migration has not run, or it was dropped): the
+        provider then says so once and uses the plain statements from then on."""
+        try:
+            return self._run(conn, what, sql, params, fetch=True, prepared=True)[1]
+        except LockProviderError as err:
+            driver = err.__cause__.__cause__ if err.__cause__ is not None else None
+            if driver is None or not self._dialect.missing_routine(driver):
+                raise
+        self._routines = None
+        if self.using not in _WARNED_NO_ROUTINES:
+            _WARNED_NO_ROUTINES.add(self.using)
+            logger.warning(
+                "database %r has no tslock routines (run `manage.py migrate tslock_django`); "
+                "locking with plain statements meanwhile, which is slower",
+                self.using,
+            )
+        return None
 
     def _upsert_returns(self, conn: BaseDatabaseWrapper) -> bool:
         """Whether this server returns the row of an upsert, so that acquire is one
@@ -327,10 +353,17 @@ class DatabaseLockProvider(LockProvider):
         # extension's "now", plus lock_at_least_for), so it is compared with that clock.
         what = f"unlock {held.name!r}"
         at_least, now = to_epoch_us(held.lock_at_least_until), self._now()
-        params = [at_least, *now, held.name, token_digest(held.token), *now]
-        return self._on_connection(
-            what, lambda conn: self._run(conn, what, self._sql.unlock, params, prepared=True)[0] == 1
-        )
+        digest = token_digest(held.token)
+
+        def unlock(conn: BaseDatabaseWrapper) -> bool:
+            if self._routines is not None:
+                rows = self._call(conn, what, self._routines.unlock, [held.name, digest, at_least])
+                if rows is not None:
+                    return bool(rows[0][0])
+            params = [at_least, *now, held.name, digest, *now]
+            return self._run(conn, what, self._sql.unlock, params, prepared=True)[0] == 1
+
+        return self._on_connection(what, unlock)
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         what = f"extend {held.name!r}"

@@ -17,18 +17,28 @@ class Statements:
     acquire: str
     #: The parameters of ``acquire`` in order, by name (see ``DatabaseLockProvider``).
     acquire_slots: tuple[str, ...]
+    #: The conditional ``UPDATE`` that takes an existing, free row (no ``RETURNING``),
+    #: and its parameters in order, by name.
+    take: str
+    take_slots: tuple[str, ...]
+    #: ``take``, returning ``taken`` where the server can.
     acquire_update: str
     acquire_insert: str
     read_back: str
     read: str
     unlock: str
+    unlock_slots: tuple[str, ...]
     extend: str
     extend_read_back: str
     force_unlock: str
     columns: str
 
     @classmethod
-    def build(cls, dialect: Dialect, use_db_time: bool) -> Statements:
+    def build(
+        cls, dialect: Dialect, use_db_time: bool, *, table: str = TABLE, fence: str = FENCE_TABLE
+    ) -> Statements:
+        """The statements of ``dialect``; ``table`` and ``fence`` name the two tables
+        (schema-qualified where a routine's body is written from these statements)."""
         epoch = dialect.epoch_us
         now = dialect.now() if use_db_time else dialect.instant()
         until = dialect.plus(dialect.now()) if use_db_time else dialect.instant()
@@ -44,7 +54,7 @@ class Statements:
         # lock before taking its snapshot (PostgreSQL.purge_lock); SQLite has one
         # writer at a time. No row (a `manage.py flush` empties both tables) means
         # nothing was purged since.
-        mark = f"(SELECT mark FROM {FENCE_TABLE} WHERE id = 1{dialect.share_lock})"
+        mark = f"(SELECT mark FROM {fence} WHERE id = 1{dialect.share_lock})"
         first_token = f"COALESCE({mark}, 0) + 1"
         fields = "name, lock_until, locked_at, locked_by, token, fencing_token"
         values = f"VALUES (%s, {until}, {now}, %s, %s, {first_token})"
@@ -69,18 +79,24 @@ class Statements:
         )
         acquire, acquire_slots = dialect.acquire(
             Upsert(
-                head=f"INSERT INTO {dialect.upsert_target} ({fields})",
+                head=f"INSERT INTO {table}{dialect.upsert_alias} ({fields})",
+                table=table,
                 values=("%s", until, now, "%s", "%s", first_token),
                 conflict=f"{dialect.on_conflict_update} {assignments} RETURNING {columns}",
                 now=now,
                 columns=columns,
             )
         )
-        insert = f"INSERT INTO {TABLE} ({fields}) {values}"
+        # Takes the row of a name that exists and is free; a held row stays untouched.
+        take = (
+            f"UPDATE {table} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
+            f"fencing_token = fencing_token + 1 WHERE name = %s AND lock_until <= {now}"
+        )
+        insert = f"INSERT INTO {table} ({fields}) {values}"
         if dialect.update_returning:
             insert += " ON CONFLICT (name) DO NOTHING" + returning
         extend = (
-            f"UPDATE {TABLE} SET lock_until = {dialect.extend_deadline(until)} "
+            f"UPDATE {table} SET lock_until = {dialect.extend_deadline(until)} "
             f"WHERE name = %s AND token = %s AND lock_until > {now}"
         )
         if dialect.update_returning:
@@ -89,29 +105,27 @@ class Statements:
             # [acquire_slots]; returns `columns`
             acquire=acquire,
             acquire_slots=acquire_slots,
-            # [until, now, locked_by, token, name, now]
-            acquire_update=(
-                f"UPDATE {TABLE} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
-                f"fencing_token = fencing_token + 1 WHERE name = %s AND lock_until <= {now}{returning}"
-            ),
+            take=take,
+            take_slots=("until", "now", "locked_by", "token", "name", "now"),
+            acquire_update=take + returning,
             # [name, until, now, locked_by, token]
             acquire_insert=insert,
             # [name, token]: where an UPDATE returns nothing
-            read_back=f"SELECT {taken} FROM {TABLE} WHERE name = %s AND token = %s",
+            read_back=f"SELECT {taken} FROM {table} WHERE name = %s AND token = %s",
             # [name]
-            read=f"SELECT {columns} FROM {TABLE} WHERE name = %s",
-            # [at_least, now, name, token, now]
+            read=f"SELECT {columns} FROM {table} WHERE name = %s",
+            unlock_slots=("at_least", "now", "name", "token", "now"),
             unlock=(
-                f"UPDATE {TABLE} SET lock_until = {dialect.later(instant, now)}, token = '' "
+                f"UPDATE {table} SET lock_until = {dialect.later(instant, now)}, token = '' "
                 f"WHERE name = %s AND token = %s AND lock_until > {now}"
             ),
             # [until, name, token, now]
             extend=extend,
             # [name, token]: SQLite before 3.35
-            extend_read_back=f"SELECT {epoch('lock_until')} FROM {TABLE} WHERE name = %s AND token = %s",
+            extend_read_back=f"SELECT {epoch('lock_until')} FROM {table} WHERE name = %s AND token = %s",
             # [now, name, now] + [fencing token or token]
             force_unlock=(
-                f"UPDATE {TABLE} SET lock_until = {now}, token = '' WHERE name = %s AND lock_until > {now}"
+                f"UPDATE {table} SET lock_until = {now}, token = '' WHERE name = %s AND lock_until > {now}"
             ),
             columns=columns,
         )

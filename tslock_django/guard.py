@@ -99,6 +99,17 @@ class GuardedRun:
             raise
         return await self._journaling(self._took, held, acquired)
 
+    def call(self, job: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``job(*args, **kwargs)`` as the run's job (after :meth:`enter`), then
+        :meth:`exit` with how it ended; returns what it returned, raises what it raised."""
+        try:
+            result = job(*args, **kwargs)
+        except BaseException as exc:
+            self.exit(exc)
+            raise
+        self.exit()
+        return result
+
     def exit(self, exc: BaseException | None = None, *, exit_status: int | None = None) -> None:
         """Journal how the job ended (``exc`` it raised, or a program's ``exit_status``)
         and give the lock back (honouring ``lock_at_least_for``)."""

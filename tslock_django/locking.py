@@ -155,13 +155,7 @@ class lock:
                 if self.on_locked == "raise":
                     raise
                 return None
-            try:
-                result = func(*args, **kwargs)
-            except BaseException as exc:
-                run.exit(exc)
-                raise
-            run.exit()
-            return result
+            return run.call(func, *args, **kwargs)
 
         return locked
 

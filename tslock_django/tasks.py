@@ -150,13 +150,7 @@ def _call(
             raise
         logger.info("skipped: %s; %s did not run", _held(refused), func.__qualname__)
         return None
-    try:
-        result = func(*args, **kwargs)
-    except BaseException as exc:
-        run.exit(exc)
-        raise
-    run.exit()
-    return result
+    return run.call(func, *args, **kwargs)
 
 
 def task_lock_name(

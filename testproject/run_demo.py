@@ -121,7 +121,7 @@ EDGE_HINT = f"""\
     To look at it (the admin below shows the database provider unless TSLOCK_EDGE_URL is set),
     start it again in the background with a secret of your own, and point the `edge` provider at it:
       export TSLOCK_TOKEN="$({VENV_PY} -c 'import secrets; print(secrets.token_urlsafe(24))')"
-      node tslock_django/worker/serve.mjs --persist var/worker-state --port 8787 &
+      {VENV_PY} manage.py tslock runtime --serve --persist var/worker-state --port 8787 &
       export TSLOCK_EDGE_URL="cloudflare-do+http://$TSLOCK_TOKEN@127.0.0.1:8787/"
       {VENV_PY} manage.py tslock list --provider edge"""
 _SUPERUSER = """

@@ -16,7 +16,7 @@ from tests.conftest import require_node
 ROOT = Path(__file__).resolve().parent.parent
 
 # What the last line (`tslock list --provider edge`) needs, checked without the listing
-# itself: the secret in TSLOCK_EDGE_URL opens the Worker that serve.mjs started.
+# itself: the secret in TSLOCK_EDGE_URL opens the Worker that `tslock runtime --serve` started.
 PROBE = """
 import os, sys, urllib.parse, urllib.request
 url = urllib.parse.urlsplit(os.environ["TSLOCK_EDGE_URL"])
@@ -41,7 +41,7 @@ def test_the_edge_hint_runs_as_printed(tmp_path: Path) -> None:
     assert any("TSLOCK_TOKEN" in line for line in commands), "the secret's variable is named"
     port = str(free_port())
     # As printed, but on a free port, with this interpreter, the state in a folder of the
-    # test's own, and serve.mjs's output in a file, to wait for its READY line.
+    # test's own, and the server's output in a file, to wait for its "Local Worker:" line.
     script = ["set -e"] + [
         line.replace("8787", port)
         .replace(VENV_PY, sys.executable)
@@ -49,7 +49,9 @@ def test_the_edge_hint_runs_as_printed(tmp_path: Path) -> None:
         .replace(" &", f" > {tmp_path}/serve.log 2>&1 &")
         for line in commands[:-1]
     ]
-    script.append(f"for i in $(seq 100); do grep -q READY {tmp_path}/serve.log && break; sleep 0.1; done")
+    script.append(
+        f"for i in $(seq 300); do grep -q 'Local Worker:' {tmp_path}/serve.log && break; sleep 0.1; done"
+    )
     script.append(f"{sys.executable} -c '{PROBE}'")
     shell = subprocess.Popen(
         ["bash", "-c", "\n".join(script)],

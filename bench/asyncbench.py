@@ -103,9 +103,23 @@ def concurrent(loop: asyncio.AbstractEventLoop, rounds: int) -> dict[str, Any]:
         await asyncio.gather(*(hold(name) for name in names()))
         return time.perf_counter() - started
 
-    loop.run_until_complete(at_once())  # warm-up: the connections for 64 at once
+    from tslock_django.exceptions import LockProviderError
+
+    failures: list[str] = []
+
+    def round_at_once() -> float:
+        """One round of 64 at once; a round in which the store failed a call (the local
+        workerd has dropped a connection under 64 at once) is counted and run again."""
+        for _ in range(5):
+            try:
+                return loop.run_until_complete(at_once())
+            except LockProviderError as err:
+                failures.append(str(err)[:200])
+        raise RuntimeError(f"five rounds in a row failed; the last: {failures[-1]}")
+
+    round_at_once()  # warm-up: the connections for 64 at once
     seq = [sequential() for _ in range(max(1, rounds // 10))]
-    together = [loop.run_until_complete(at_once()) for _ in range(max(3, rounds // 3))]
+    together = [round_at_once() for _ in range(max(3, rounds // 3))]
     seq_s, together_s = sorted(seq)[len(seq) // 2], sorted(together)[len(together) // 2]
     return {
         "holders": HOLDERS,
@@ -114,6 +128,7 @@ def concurrent(loop: asyncio.AbstractEventLoop, rounds: int) -> dict[str, Any]:
         "concurrent_async_s": round(together_s, 4),
         "async_over_sequential": together_s / seq_s,
         "runs": {"sequential": [round(s, 4) for s in seq], "concurrent": [round(s, 4) for s in together]},
+        "failed_rounds": failures,
     }
 
 

@@ -25,6 +25,7 @@ Settings blocks read these environment variables, set here to harmless values:
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import shlex
@@ -144,8 +145,11 @@ def test_marked_blocks_have_the_language_their_marker_runs() -> None:
 
 
 def settings_namespace() -> dict[str, Any]:
-    """The project's settings as module globals, as ``settings.py`` would see them."""
-    return {name: getattr(settings, name) for name in dir(settings) if name.isupper()}
+    """The project's settings as module globals, as ``settings.py`` would see them: the
+    names its settings module defines (reading every name of ``django.conf.settings``
+    would also touch settings Django has deprecated, and warn)."""
+    module = importlib.import_module(settings.SETTINGS_MODULE)
+    return {name: value for name, value in vars(module).items() if name.isupper()}
 
 
 def apply_settings_block(block: Block, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:

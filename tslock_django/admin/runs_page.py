@@ -32,7 +32,15 @@ from ..journal import outcomes
 from ..journal.models import Job, Run
 from ..journal.recorder import from_db, journal_database, to_db
 from ..journal.schedules import Schedule
-from ..journal.status import STATUSES, JobStatus, job_schedule, outcome_now, runs, status_of
+from ..journal.status import (
+    STATUSES,
+    JobStatus,
+    job_schedule,
+    outcome_now,
+    runs,
+    schedules_from_settings,
+    status_of,
+)
 
 if TYPE_CHECKING:
     from .options import RunsAdmin
@@ -220,6 +228,19 @@ def _outcome_filter(outcome: str, now: datetime) -> Q:
     return Q(last_outcome=outcome)
 
 
+def _journal_settings(request: HttpRequest) -> tuple[str | None, dict[str, Schedule], bool]:
+    """The journal's database alias (``None`` when there is none to read), the schedules of
+    ``TSLOCK_SCHEDULES``, and whether the journal is turned off; malformed settings are
+    an error message on the page."""
+    try:
+        using = journal_database()
+        configured = schedules_from_settings()
+    except ValueError as err:
+        messages.error(request, f"The journal's settings are not valid: {err}")
+        return None, {}, False
+    return using, configured, using is None
+
+
 def _status_filter(status: str, configured: set[str], now: datetime) -> Q:
     """SQL that keeps every name the status filter could show (and, for new and
     failing, only those): the journal's rule then decides row by row."""
@@ -348,21 +369,11 @@ def never_run(
 
 def render(admin: RunsAdmin, request: HttpRequest, extra_context: Mapping[str, Any] | None) -> HttpResponse:
     """The Runs page for ``request`` (the caller checked the view permission)."""
-    from ..journal.status import schedules_from_settings
-
     filters = RunsFilters.from_query(request.GET)
     now = datetime.now(timezone.utc)
     page = JobPage(rows=[])
     unseen: list[JobRow] = []
-    journal_off = False
-    try:
-        using = journal_database()
-        configured = schedules_from_settings()
-    except ValueError as err:
-        messages.error(request, f"The journal's settings are not valid: {err}")
-        using = None
-    else:
-        journal_off = using is None
+    using, configured, journal_off = _journal_settings(request)
     if using is not None:
         try:
             page = read_jobs(admin, using, filters, configured, now, admin.list_per_page)
@@ -430,8 +441,6 @@ def decode_position(raw: str) -> tuple[datetime, int]:
 def history(admin: RunsAdmin, request: HttpRequest) -> HttpResponse:
     """A name's runs, newest first, ``list_per_page`` at a time (the caller checked
     the view permission)."""
-    from ..journal.status import schedules_from_settings
-
     name = request.GET.get(NAME_VAR, "")
     after_raw, before_raw = request.GET.get(AFTER_VAR, ""), request.GET.get(BEFORE_VAR, "")
     base = {NAME_VAR: name}
@@ -448,15 +457,7 @@ def history(admin: RunsAdmin, request: HttpRequest) -> HttpResponse:
     job_row: JobRow | None = None
     counts: list[tuple[str, int]] = []
     next_url = previous_url = ""
-    journal_off = False
-    try:
-        using = journal_database()
-        configured = schedules_from_settings()
-    except ValueError as err:
-        messages.error(request, f"The journal's settings are not valid: {err}")
-        using = None
-    else:
-        journal_off = using is None
+    using, configured, journal_off = _journal_settings(request)
     if using is not None:
         try:
             found = runs(using, name=name, limit=size + 1, before=before, after=after)

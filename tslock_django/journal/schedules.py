@@ -20,6 +20,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..core.durations import DurationLike, parse_duration
+from ..core.human import format_duration
 
 _CRON_FORMS = (
     "a period such as '15m', '1h' or '1d' (the duration grammar of lock_at_most_for), or a "
@@ -60,7 +61,7 @@ class Schedule:
         return found
 
     def describe(self) -> str:
-        return f"{self.text} (grace {short_duration(self.grace)})"
+        return f"{self.text} (grace {format_duration(self.grace)})"
 
 
 def parse_schedule(
@@ -96,7 +97,7 @@ def parse_schedule(
             raise ValueError(f"{field} {schedule!r} is not a schedule. Accepted: {_CRON_FORMS}") from None
         if period <= timedelta(0):
             raise ValueError(f"{field} {schedule!r} is a period of zero; give a positive period, e.g. '1h'")
-        text = schedule if isinstance(schedule, str) else short_duration(period)
+        text = schedule if isinstance(schedule, str) else format_duration(period)
     if grace is None:
         spacing = period if period is not None else _cron_spacing(text)
         chosen = max(MIN_GRACE, spacing / 10)
@@ -188,12 +189,3 @@ def _cron_spacing(text: str) -> timedelta:
         shortest = min(shortest, following - previous)
         previous = following
     return shortest
-
-
-def short_duration(value: timedelta) -> str:
-    """``value`` in the duration grammar's shortest exact form (``90m`` is ``90m``, ``2h`` is ``2h``)."""
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"

@@ -21,11 +21,12 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
+from ..core.human import format_duration
 from ..core.times import format_time
 from . import outcomes
 from .models import Job, Run
 from .recorder import from_db, to_db
-from .schedules import Schedule, configured_schedules, parse_schedule, short_duration
+from .schedules import Schedule, configured_schedules, parse_schedule
 
 #: The statuses that make ``tslock overdue`` exit 1.
 ALERTING = ("late", "failing")
@@ -125,7 +126,7 @@ def status_of(name: str, job: Job | None, schedule: Schedule | None, now: dateti
     if schedule is not None and due is not None and now > due + schedule.grace:
         since = f"last success {format_time(success)}" if success else "no success yet"
         reason = (
-            f"due at {format_time(due)} and not done within grace {short_duration(schedule.grace)} ({since})"
+            f"due at {format_time(due)} and not done within grace {format_duration(schedule.grace)} ({since})"
         )
         return JobStatus(name, "late", reason, due_at=due, **common)
     next_due = due if due is not None and due > now else (schedule.next_due(now) if schedule else None)

@@ -115,7 +115,7 @@ def locked_command(
             try:
                 held = run.enter()
             except LockHeld as refused:
-                line = f"{_held(refused)}; {command_name} did not run"
+                line = did_not_run(refused, command_name)
                 if on_locked == "fail":
                     raise CommandError(line, returncode=EXIT_LOCKED) from None
                 self.stderr.write(f"skipped: {line}")
@@ -166,13 +166,16 @@ def locked_command(
     return decorate
 
 
-def _held(refused: LockHeld) -> str:
-    """Who holds the lock and until when, the time per the one rule (core/times.py)."""
+def did_not_run(refused: LockHeld, job: str) -> str:
+    """The line every door prints (after ``skipped: ``) when ``job`` found its lock held:
+    who holds it and until when, the time per the one rule (core/times.py)."""
     holder = refused.holder
     if holder is None:
-        return str(refused)
-    who = holder.locked_by or "an unnamed holder"
-    return f"lock {refused.name!r} is held by {who} until {format_time(holder.lock_until)}"
+        held = str(refused)
+    else:
+        who = holder.locked_by or "an unnamed holder"
+        held = f"lock {refused.name!r} is held by {who} until {format_time(holder.lock_until)}"
+    return f"{held}; {job} did not run"
 
 
 def _lock_name(spec: NameSpec, command_name: str, options: Mapping[str, Any]) -> str:

@@ -27,7 +27,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
-from .decorators import _held
+from .decorators import did_not_run
 from .exceptions import LockHeld
 from .guard import GuardedRun
 from .journal.schedules import Schedule, parse_schedule
@@ -148,7 +148,7 @@ def _call(
     except LockHeld as refused:
         if policy.on_locked == "raise":
             raise
-        logger.info("skipped: %s; %s did not run", _held(refused), func.__qualname__)
+        logger.info("skipped: %s", did_not_run(refused, func.__qualname__))
         return None
     return run.call(func, *args, **kwargs)
 

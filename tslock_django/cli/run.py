@@ -34,7 +34,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ..core.configuration import LockConfiguration
 from ..core.durations import GRAMMAR_HINT, parse_duration
-from ..decorators import EXIT_LOCKED, _held
+from ..decorators import EXIT_LOCKED, did_not_run
 from ..exceptions import InvalidLockProvider, LockHeld, LockProviderError
 from ..guard import GuardedRun
 from ..journal.schedules import parse_schedule
@@ -185,7 +185,7 @@ def run_program(command: BaseCommand, options: dict[str, Any]) -> int | None:
     try:
         run.enter()
     except LockHeld as refused:
-        line = f"{_held(refused)}; {shown} did not run"
+        line = did_not_run(refused, shown)
         if options["on_locked"] == "fail":
             raise CommandError(line, returncode=EXIT_LOCKED) from None
         command.stderr.write(f"skipped: {line}")

@@ -50,6 +50,9 @@ class Run(models.Model):
             models.Index(fields=["name", "-started_at", "-id"], name="tslock_run_name_started"),
             # Every run, newest first (``tslock runs`` without a name), and retention.
             models.Index(fields=["-started_at", "-id"], name="tslock_run_started"),
+            # A run's start finds its name's runs still "running" (to write them lost)
+            # without reading the name's whole history.
+            models.Index(fields=["name", "outcome"], name="tslock_run_name_outcome"),
         ]
 
     def __str__(self) -> str:

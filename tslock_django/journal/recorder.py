@@ -204,27 +204,29 @@ class RunRecorder:
             with contextlib.suppress(OSError, ValueError):  # a closed stream must not fail the job
                 (self.stream or sys.stderr).write(line + "\n")
 
-    def _job(self, now: datetime) -> int:
-        """Make sure the name's ``Job`` row exists; returns how many rows the caller's
-        update must then touch (always 1)."""
+    def _job(self, now: datetime, **changes: Any) -> None:
+        """Update the name's ``Job`` row with ``changes`` (and the provider and schedule
+        this run declares) in one statement; a name seen for the first time gets its
+        row first."""
         from .models import Job
 
-        schedule = self.schedule
         fields: dict[str, Any] = {"provider": self.alias}
+        schedule = self.schedule
         if schedule is not None:
             fields["schedule"] = schedule.text
             fields["grace"] = schedule.grace.total_seconds()
-        jobs = Job.objects.using(self.using)
-        if not jobs.filter(name=self.name).update(**fields):
-            try:
-                with transaction.atomic(using=self.using):
-                    jobs.create(name=self.name, first_seen_at=to_db(now), **fields)
-            except DatabaseError:  # created meanwhile by another process
-                jobs.filter(name=self.name).update(**fields)
-        return 1
+        jobs = Job.objects.using(self.using).filter(name=self.name)
+        if jobs.update(**fields, **changes):
+            return
+        try:
+            with transaction.atomic(using=self.using):
+                Job.objects.using(self.using).create(name=self.name, first_seen_at=to_db(now), **fields)
+        except DatabaseError:  # created meanwhile by another process
+            pass
+        jobs.update(**fields, **changes)
 
     def _single(self, now: datetime, outcome: str, *, held_by: str = "", detail: str = "") -> None:
-        from .models import Job, Run
+        from .models import Run
 
         Run.objects.using(self.using).create(
             name=self.name,
@@ -238,14 +240,11 @@ class RunRecorder:
             held_by=held_by,
             detail=detail,
         )
-        self._job(now)
         counter = "runs_skipped" if outcome == outcomes.SKIPPED else "runs_error"
-        Job.objects.using(self.using).filter(name=self.name).update(
-            last_attempt_at=to_db(now), last_attempt_outcome=outcome, **{counter: F(counter) + 1}
-        )
+        self._job(now, last_attempt_at=to_db(now), last_attempt_outcome=outcome, **{counter: F(counter) + 1})
 
     def _start(self, now: datetime, held: Any, record: Any, deadline: datetime) -> None:
-        from .models import Job, Run
+        from .models import Run
 
         runs = Run.objects.using(self.using)
         # An earlier run of this name still "running" past its deadline is lost: its
@@ -264,8 +263,8 @@ class RunRecorder:
             fencing_token=held.fencing_token,
             deadline=to_db(deadline),
         )
-        self._job(now)
-        Job.objects.using(self.using).filter(name=self.name).update(
+        self._job(
+            now,
             last_run_id=run.id,
             last_outcome=outcomes.RUNNING,
             last_started_at=to_db(now),

@@ -106,7 +106,7 @@ def run_celery_with(redis_url: str, lock_url: str, journal: str, round_trips: in
     """Median milliseconds from ``delay()`` to ``get()`` of one task, alone and under
     ``locked_task`` (a new lock each call: ``lock_at_least_for`` 0), in alternating
     batches of ten, one prefork worker process so calls never overlap."""
-    from tests.jobs.celery_app import app, locked, plain
+    from tests.jobs.celery_app import app, locked, plain, raw_locked
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -141,16 +141,22 @@ def run_celery_with(redis_url: str, lock_url: str, journal: str, round_trips: in
 
                 return go
 
-            for _ in range(3):  # warm up connections and imports on both sides
-                trips(plain)()
-                trips(locked)()
             contenders = {"plain task": trips(plain), "under locked_task": trips(locked)}
+            if lock_url == "redis":
+                # The floor: the cheapest lock a task can take in the same Redis.
+                contenders["under a raw Redis lock"] = trips(raw_locked)
+            for _ in range(3):  # warm up connections and imports on both sides
+                for warm in contenders.values():
+                    warm()
             batches = _alternate(contenders, max(1, round_trips // 10))
         finally:
             worker.terminate()
             worker.wait(timeout=60)
     found: dict[str, Any] = {name: _summary([v / 10 for v in values]) for name, values in batches.items()}
     found["locked_over_plain"] = found["under locked_task"]["median_ms"] / found["plain task"]["median_ms"]
+    floor = found.get("under a raw Redis lock")
+    if floor is not None:
+        found["floor_over_plain"] = floor["median_ms"] / found["plain task"]["median_ms"]
     return found
 
 
@@ -193,4 +199,6 @@ def render(report: dict[str, Any] | None) -> list[str]:
                 spread = f"({r['p10_ms']:.2f}-{r['p90_ms']:.2f})"
                 lines.append(f"    {name:<26} {r['median_ms']:>8.2f} ms  {spread}")
         lines.append(f"    locked_task / plain: {celery['locked_over_plain']:.3f}x")
+        if "floor_over_plain" in celery:
+            lines.append(f"    raw Redis lock / plain (the floor): {celery['floor_over_plain']:.3f}x")
     return lines

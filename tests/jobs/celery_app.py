@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from celery import Celery
 
@@ -46,4 +47,32 @@ def plain(path: str, seconds: float = 0.0) -> str:
 def locked(path: str, seconds: float = 0.0) -> str:
     """``plain`` under ``locked_task`` (the benchmark's subject)."""
     time.sleep(seconds)
+    return "ran"
+
+
+_floor_client: Any = None
+
+
+@app.task
+def raw_locked(path: str, seconds: float = 0.0) -> str:
+    """``plain`` under the cheapest lock a task can take in Redis: ``SET NX PX`` and a
+    compare-and-delete script, on a kept redis-py client of ``TSLOCK_URL`` (the
+    benchmark's floor for ``locked``; no record, no fencing token, no journal)."""
+    global _floor_client
+    if _floor_client is None:
+        import redis
+
+        client = redis.Redis.from_url(os.environ["TSLOCK_URL"])
+        release = client.register_script(
+            "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+        )
+        _floor_client = (client, release)
+    client, release = _floor_client
+    key, token = f"floor-{path}", os.urandom(8).hex()
+    if not client.set(key, token, nx=True, px=60_000):
+        return "skipped"
+    try:
+        time.sleep(seconds)
+    finally:
+        release(keys=[key], args=[token])
     return "ran"

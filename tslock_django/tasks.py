@@ -21,7 +21,7 @@ import functools
 import inspect
 import logging
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, TypeVar
 
@@ -82,11 +82,15 @@ def locked_task(
 
     Every call is journaled: started, then succeeded or failed; skipped; error.
 
+    A coroutine function (``async def``, which django.tasks runs, as do async schedulers)
+    gives a coroutine function that holds the lock until the coroutine has finished,
+    through the provider's async methods, as :class:`~tslock_django.alock` does.
+
     Raises:
         ValueError: at decoration: bad durations, ``on_locked``, ``schedule`` or
             ``grace``, or a name template naming an argument the function does not take.
-        TypeError: at decoration: not a plain function (coroutine functions are refused:
-            the lock would be released before the coroutine ran).
+        TypeError: at decoration: not a function, or an async generator function (its
+            body runs as it is iterated, after the call has returned).
 
     The decorated function raises, per call:
         LockHeld: held elsewhere and ``on_locked="raise"``.
@@ -114,14 +118,23 @@ def locked_task(
     def decorate(func: Callable[P, T]) -> Callable[P, T | None]:
         if not inspect.isfunction(func):
             raise TypeError(f"@locked_task decorates a function, not {func!r}")
-        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        if inspect.isasyncgenfunction(func):
             raise TypeError(
-                f"@locked_task cannot hold a lock around {func.__qualname__}: it is a coroutine "
-                "function, which returns before its body runs"
+                f"@locked_task cannot hold a lock around {func.__qualname__}: it is an async "
+                "generator, whose body runs only as it is iterated, after the call returns"
             )
         signature = inspect.signature(func)
         if isinstance(name, str):
             _check_template(name, signature, func)
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def awrapper(*args: P.args, **kwargs: P.kwargs) -> T | None:
+                return await _acall(policy, func, signature, args, kwargs)  # type: ignore[arg-type]
+
+            awrapper.tslock_policy = policy  # type: ignore[attr-defined]
+            return awrapper  # type: ignore[return-value]
 
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> T | None:
@@ -133,6 +146,26 @@ def locked_task(
     return decorate
 
 
+def _run(
+    policy: _Policy,
+    func: Callable[..., Any],
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> GuardedRun:
+    """The guarded run of one call: its lock name made from the call's arguments."""
+    lock_name = task_lock_name(policy.name, func, signature, args, kwargs)
+    config = LockConfiguration(lock_name, policy.lock_at_most_for, policy.lock_at_least_for)
+    return GuardedRun(config, policy.using, keep_alive=policy.keep_alive, schedule=policy.schedule)
+
+
+def _skipped(policy: _Policy, func: Callable[..., Any], refused: LockHeld) -> None:
+    """A call that found its lock held: re-raise for ``on_locked="raise"``, else say so."""
+    if policy.on_locked == "raise":
+        raise refused
+    logger.info("skipped: %s", did_not_run(refused, func.__qualname__))
+
+
 def _call(
     policy: _Policy,
     func: Callable[..., T],
@@ -140,17 +173,37 @@ def _call(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> T | None:
-    lock_name = task_lock_name(policy.name, func, signature, args, kwargs)
-    config = LockConfiguration(lock_name, policy.lock_at_most_for, policy.lock_at_least_for)
-    run = GuardedRun(config, policy.using, keep_alive=policy.keep_alive, schedule=policy.schedule)
+    run = _run(policy, func, signature, args, kwargs)
     try:
         run.enter()
     except LockHeld as refused:
-        if policy.on_locked == "raise":
-            raise
-        logger.info("skipped: %s", did_not_run(refused, func.__qualname__))
+        _skipped(policy, func, refused)
         return None
     return run.call(func, *args, **kwargs)
+
+
+async def _acall(
+    policy: _Policy,
+    func: Callable[..., Awaitable[T]],
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> T | None:
+    """``_call`` for a coroutine function: the lock through the provider's async
+    methods, held until the coroutine has finished (or was cancelled)."""
+    run = _run(policy, func, signature, args, kwargs)
+    try:
+        await run.aenter()
+    except LockHeld as refused:
+        _skipped(policy, func, refused)
+        return None
+    try:
+        result = await func(*args, **kwargs)
+    except BaseException as exc:
+        await run.aexit(exc)
+        raise
+    await run.aexit()
+    return result
 
 
 def task_lock_name(

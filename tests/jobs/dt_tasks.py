@@ -19,3 +19,12 @@ def report(path: str, seconds: float = 0.0) -> str:
     with open(path, "a") as file:
         file.write("ran\n")
     return "ran"
+
+
+@task()
+@locked_task("10m", "10m", name="async-report-{path}")
+async def async_report(path: str) -> str:
+    """``report`` as a coroutine function, which django-tasks runs on an event loop."""
+    with open(path, "a") as file:
+        file.write("ran\n")
+    return "ran"

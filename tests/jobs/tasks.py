@@ -50,3 +50,25 @@ def failing() -> None:
 def on_a_broken_store(path: str) -> None:
     with open(path, "a") as file:
         file.write("ran\n")
+
+
+@locked_task("1m", name="async-{path}")
+async def coroutine(path: str, pause: float = 0.0) -> str:
+    """``by_path`` as a coroutine function: the lock is held while it awaits."""
+    import asyncio
+
+    assert_locked()
+    await asyncio.sleep(pause)
+    with open(path, "a") as file:
+        file.write("ran\n")
+    return "ran"
+
+
+@locked_task("1m", on_locked="raise")
+async def coroutine_raising() -> str:
+    return "ran"
+
+
+@locked_task("1m")
+async def coroutine_failing() -> None:
+    raise RuntimeError("the upstream API said no, asynchronously")

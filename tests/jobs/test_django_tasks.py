@@ -57,6 +57,24 @@ def test_the_immediate_backend_runs_the_body_then_skips_while_held(immediate: No
     assert providers["default"].lock(LockConfiguration(name, "1m")) is None
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_immediate_backend_runs_a_coroutine_task_under_its_lock(immediate: None, tmp_path: Path) -> None:
+    from django_tasks import TaskResultStatus
+
+    from tests.jobs.dt_tasks import async_report
+
+    path = tmp_path / "ran"
+    first = async_report.enqueue(str(path))
+    second = async_report.enqueue(str(path))
+    assert [first.status, second.status] == [TaskResultStatus.SUCCEEDED] * 2
+    assert [first.return_value, second.return_value] == ["ran", None]
+    assert path.read_text() == "ran\n"
+    outcomes = (
+        Run.objects.filter(name=f"async-report-{path}").order_by("id").values_list("outcome", flat=True)
+    )
+    assert list(outcomes) == ["succeeded", "skipped"]
+
+
 def worker_env(database: Path) -> dict[str, str]:
     env = dict(
         os.environ,

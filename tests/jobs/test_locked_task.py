@@ -3,9 +3,10 @@ decoration, and what frameworks need of the function (its path, signature, pickl
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import pickle
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -139,11 +140,12 @@ def test_a_template_naming_a_missing_argument_fails_at_decoration_with_both_name
     assert "account_id, region" in message
 
 
-def test_coroutine_functions_and_non_functions_are_refused() -> None:
-    async def later() -> None: ...
+def test_async_generators_and_non_functions_are_refused() -> None:
+    async def stream() -> AsyncIterator[int]:
+        yield 1
 
-    with pytest.raises(TypeError, match="coroutine function"):
-        locked_task("1m")(later)
+    with pytest.raises(TypeError, match="async generator"):
+        locked_task("1m")(stream)
     with pytest.raises(TypeError, match="decorates a function"):
         locked_task("1m")(print)  # type: ignore[arg-type]
 
@@ -153,3 +155,55 @@ def test_calls_share_no_state(journal: None) -> None:
     assert tasks.by_callable(1) == 1
     assert tasks.by_callable(5) == 5  # shard-1 again, after the first released it
     assert outcomes("shard-1") == ["succeeded", "succeeded"]
+
+
+def test_a_coroutine_function_holds_its_lock_until_the_coroutine_has_finished(
+    journal: None, tmp_path: Path
+) -> None:
+    path = tmp_path / "ran"
+    assert inspect.iscoroutinefunction(tasks.coroutine)
+    name = f"async-{path}"
+
+    async def twice_at_once() -> list[str | None]:
+        first = asyncio.ensure_future(tasks.coroutine(str(path), pause=0.2))
+        await asyncio.sleep(0.05)  # the first holds the lock and awaits inside it
+        second = await tasks.coroutine(str(path))
+        return [await first, second]
+
+    assert asyncio.run(twice_at_once()) == ["ran", None]
+    assert path.read_text() == "ran\n"
+    assert outcomes(name) == ["succeeded", "skipped"]  # the first row is written first, ends later
+    assert providers["default"].lock(LockConfiguration(name, "1m")) is not None  # given back
+
+
+def test_a_coroutine_function_raises_lock_held_and_journals_a_failure(journal: None) -> None:
+    hold("tests.jobs.tasks.coroutine_raising")
+    with pytest.raises(LockHeld):
+        asyncio.run(tasks.coroutine_raising())
+    with pytest.raises(RuntimeError, match="asynchronously"):
+        asyncio.run(tasks.coroutine_failing())
+    [failed] = Run.objects.filter(name="tests.jobs.tasks.coroutine_failing")
+    assert (
+        failed.outcome == "failed"
+        and failed.detail == "RuntimeError: the upstream API said no, asynchronously"
+    )
+    assert (
+        providers["default"].lock(LockConfiguration("tests.jobs.tasks.coroutine_failing", "1m")) is not None
+    )
+
+
+def test_a_cancelled_coroutine_gives_its_lock_back(journal: None, tmp_path: Path) -> None:
+    path = tmp_path / "ran"
+    name = f"async-{path}"
+
+    async def cancel_it() -> None:
+        running = asyncio.ensure_future(tasks.coroutine(str(path), pause=10))
+        await asyncio.sleep(0.05)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(cancel_it())
+    assert not path.exists()
+    assert providers["default"].lock(LockConfiguration(name, "1m")) is not None
+    assert outcomes(name) == ["failed"]

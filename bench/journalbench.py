@@ -7,7 +7,9 @@ off, alternating, on SQLite and on PostgreSQL (each a migrated database of its o
 ``BENCH_DB=postgres python -m bench.journalbench scale REPEATS``: the journal's reads at
 1,000 runs (100 names, 10 runs each) and at 1,000,000 runs (10,000 names, 100 runs each):
 a name's history, ``tslock runs NAME``, the Runs page's first page and a name's history
-page, and ``tslock overdue``, with the median time and the peak Python memory of each.
+page, and ``tslock overdue``, with the median time and the peak Python memory of each;
+and a run's two journal writes (its start and its end) for a name with 100 runs against
+the same for a name with 1,000,000 (one name in the table).
 Each read is compared with a small table where it shows as much as in the large one (a
 history of 100 runs; a first page of 100 names); 10 names are scheduled in every table.
 
@@ -167,20 +169,45 @@ def scale(repeats: int) -> dict[str, Any]:
                 ("1k runs of 10 names", 1_000, 10),
                 ("1k runs of 100 names", 1_000, 100),
                 ("1M runs of 10,000 names", 1_000_000, 10_000),
+                ("1M runs of one name", 1_000_000, 1),
             ):
                 _fill(runs, names, scheduled=10)
-                kind = "names" if names == 10 else "rows" if names == 100 else None
+                kind = {10: "names", 100: "rows", 1: "writes"}.get(names)
                 found[size] = {
                     label: _measure(read, repeats)
                     for label, (needs, read) in reads.items()
                     if kind is None or needs == kind
                 }
+                if names in (10, 1):  # a name with 100 runs, and one with 1,000,000
+                    found[size][WRITES] = _measure(_write_a_run, repeats)
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
-    large = found["1M runs of 10,000 names"]
+    large = {**found["1M runs of 10,000 names"], **found["1M runs of one name"]}
     small = {**found["1k runs of 10 names"], **found["1k runs of 100 names"]}
     ratios = {label: cell["median_ms"] / small[label]["median_ms"] for label, cell in large.items()}
     return {"sizes": found, "large_over_small": ratios}
+
+
+#: The label of a run's two journal writes in the scale report.
+WRITES = "a run's two journal writes"
+
+
+def _write_a_run() -> None:
+    """The start and the end of one run of ``job-0`` through the journal's recorder
+    (the name is in every table the scale run fills)."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    from tslock_django.journal.recorder import RunRecorder
+
+    until = datetime.now(timezone.utc) + timedelta(minutes=1)
+    held = SimpleNamespace(
+        name="job-0", fencing_token=1, record=SimpleNamespace(lock_until=until, locked_by="bench")
+    )
+    recorder = RunRecorder("job-0", "default", "default")
+    recorder.started(held)
+    recorder.finished()
+    assert not recorder.missed
 
 
 def _quiet(call: Callable[..., object], *args: str) -> None:

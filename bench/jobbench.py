@@ -82,40 +82,66 @@ def run_startup(repeats: int) -> dict[str, Any]:
 
 #: The stores a Celery worker may lock in, each with and without the journal: the journal's
 #: two commits per run are most of what ``locked_task`` costs on a fast broker.
+#: Label: (the lock store, the journal on or off, the project's database).
 CELERY_SETUPS = {
-    "database provider (SQLite), journal on": ("db://default", "on"),
-    "database provider (SQLite), journal off": ("db://default", "off"),
-    "Redis provider, journal on (SQLite)": ("redis", "on"),
-    "Redis provider, journal off": ("redis", "off"),
+    "database provider (SQLite), journal on": ("db://default", "on", "sqlite"),
+    "database provider (SQLite), journal off": ("db://default", "off", "sqlite"),
+    "database provider (PostgreSQL), journal on": ("db://default", "on", "postgres"),
+    "Redis provider, journal on (SQLite)": ("redis", "on", "sqlite"),
+    "Redis provider, journal on (PostgreSQL)": ("redis", "on", "postgres"),
+    "Redis provider, journal off": ("redis", "off", "sqlite"),
 }
+#: The PostgreSQL database the PostgreSQL setups create, migrate and drop.
+CELERY_POSTGRES = "tslock_bench_celery"
 
 
 def run_celery(round_trips: int) -> dict[str, Any]:
     """``run_celery_with`` for each of ``CELERY_SETUPS``, on one Redis (the broker, the
     result backend and, where a setup says so, the lock store)."""
+    from bench.__main__ import SERVERS, reachable
     from tests.redis.server import RedisServer
 
+    postgres = reachable(SERVERS["postgres"])
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as redis_server:
         return {
-            label: run_celery_with(redis_server.url, url, journal, round_trips)
-            for label, (url, journal) in CELERY_SETUPS.items()
+            label: run_celery_with(redis_server.url, url, journal, round_trips, database=database)
+            for label, (url, journal, database) in CELERY_SETUPS.items()
+            if database == "sqlite" or postgres
         }
 
 
-def run_celery_with(redis_url: str, lock_url: str, journal: str, round_trips: int) -> dict[str, Any]:
+def _postgres(action: str) -> None:
+    """Create or drop the PostgreSQL setups' database (``action``: ``CREATE``/``DROP``)."""
+    import psycopg
+
+    with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {CELERY_POSTGRES} WITH (FORCE)")
+        if action == "CREATE":
+            conn.execute(f"CREATE DATABASE {CELERY_POSTGRES}")
+
+
+def run_celery_with(
+    redis_url: str, lock_url: str, journal: str, round_trips: int, *, database: str = "sqlite"
+) -> dict[str, Any]:
     """Median milliseconds from ``delay()`` to ``get()`` of one task, alone and under
     ``locked_task`` (a new lock each call: ``lock_at_least_for`` 0), in alternating
-    batches of ten, one prefork worker process so calls never overlap."""
+    batches of ten, one prefork worker process so calls never overlap; the project's
+    database (the journal's, and the database provider's) on an SQLite file or on
+    PostgreSQL."""
     from tests.jobs.celery_app import app, locked, plain, raw_locked
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        database = folder / "celery.sqlite3"
+        if database == "postgres":
+            _postgres("CREATE")
+            database_url = f"postgres://postgres@127.0.0.1:5432/{CELERY_POSTGRES}"
+        else:
+            database_url = f"sqlite:///{folder / 'celery.sqlite3'}"
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "DJANGO_SETTINGS_MODULE": "tests.jobs.worker_settings",
-            "DATABASE_URL": f"sqlite:///{database}",
+            "DATABASE_URL": database_url,
             "TSLOCK_URL": redis_url if lock_url == "redis" else lock_url,
             "TSLOCK_BENCH_JOURNAL": journal,
             "TSLOCK_TEST_REDIS": redis_url,
@@ -152,6 +178,8 @@ def run_celery_with(redis_url: str, lock_url: str, journal: str, round_trips: in
         finally:
             worker.terminate()
             worker.wait(timeout=60)
+            if database == "postgres":
+                _postgres("DROP")
     found: dict[str, Any] = {name: _summary([v / 10 for v in values]) for name, values in batches.items()}
     found["locked_over_plain"] = found["under locked_task"]["median_ms"] / found["plain task"]["median_ms"]
     floor = found.get("under a raw Redis lock")

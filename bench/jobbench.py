@@ -145,6 +145,7 @@ def run_celery_with(
             "TSLOCK_URL": redis_url if lock_url == "redis" else lock_url,
             "TSLOCK_BENCH_JOURNAL": journal,
             "TSLOCK_TEST_REDIS": redis_url,
+            "TSLOCK_BENCH_DB_REUSE": "1000",
         }
         subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
         app.conf.update(broker_url=redis_url, result_backend=redis_url)

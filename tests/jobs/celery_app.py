@@ -23,6 +23,11 @@ app.conf.update(
     # One task per pool process at a time: four copies go to four processes at once.
     worker_prefetch_multiplier=1,
 )
+if os.environ.get("TSLOCK_BENCH_DB_REUSE"):
+    # Celery's Django fix-up closes the worker's database connections before and after
+    # every task unless this is set; the benchmark keeps them, as a tuned worker does,
+    # to time locked_task's writes rather than a new connection per task.
+    app.conf.CELERY_DB_REUSE_MAX = int(os.environ["TSLOCK_BENCH_DB_REUSE"])
 
 
 @app.task

@@ -27,7 +27,7 @@ from django.db.models import F
 from django.utils import timezone as dj_timezone
 
 from ..core.secrets import cut, scrub
-from . import outcomes
+from . import outcomes, postgresql
 from .schedules import Schedule
 
 logger = logging.getLogger("tslock_django")
@@ -129,6 +129,8 @@ class RunRecorder:
         self._started = 0.0
         self._started_at: datetime | None = None
         self._key: tuple[str, str] | None = None
+        # One statement per write where the database can (journal/postgresql.py).
+        self._one_statement = connections[using].vendor == "postgresql"
 
     # -- the four ways a run goes ------------------------------------------------------
 
@@ -186,8 +188,13 @@ class RunRecorder:
         now = datetime.now(timezone.utc)
         conn = connections[self.using]
         try:
-            with transaction.atomic(using=self.using):
-                work(now)
+            if self._one_statement and not conn.in_atomic_block and conn.settings_dict["AUTOCOMMIT"]:
+                work(now)  # one statement in autocommit: atomic by itself, and no BEGIN/COMMIT
+            else:
+                # Several statements; or, inside the caller's transaction, a savepoint, so
+                # that a journal that fails leaves the caller's transaction usable.
+                with transaction.atomic(using=self.using):
+                    work(now)
         except Exception as err:  # noqa: BLE001 - whatever it is, the job must not notice
             self.missed = True
             self.run_id = None
@@ -228,6 +235,13 @@ class RunRecorder:
     def _single(self, now: datetime, outcome: str, *, held_by: str = "", detail: str = "") -> None:
         from .models import Run
 
+        if self._one_statement:
+            with connections[self.using].cursor() as cursor:
+                postgresql.single(
+                    cursor, self._described(now), outcome=outcome, host=_HOST, pid=os.getpid(),
+                    held_by=held_by, detail=detail,
+                )  # fmt: skip
+            return
         Run.objects.using(self.using).create(
             name=self.name,
             provider=self.alias,
@@ -246,6 +260,15 @@ class RunRecorder:
     def _start(self, now: datetime, held: Any, record: Any, deadline: datetime) -> None:
         from .models import Run
 
+        self._started_at = now
+        if self._one_statement:
+            with connections[self.using].cursor() as cursor:
+                self.run_id = postgresql.start(
+                    cursor, self._described(now), host=_HOST, pid=os.getpid(),
+                    locked_by=str(record.locked_by or "")[:255], fencing_token=held.fencing_token,
+                    deadline=to_db(deadline),
+                )  # fmt: skip
+            return
         runs = Run.objects.using(self.using)
         # An earlier run of this name still "running" past its deadline is lost: its
         # process died, or it lost its lock (which is why this run could take it).
@@ -275,16 +298,28 @@ class RunRecorder:
             runs_lost=F("runs_lost") + lost,
         )
         self.run_id = run.id
-        self._started_at = now
+
+    def _described(self, now: datetime) -> dict[str, Any]:
+        return postgresql.job_description(self.name, self.alias, self.schedule, to_db(now))
 
     def _finish(self, now: datetime, outcome: str, duration: float, detail: str) -> None:
         from .models import Job, Run
 
-        assert self.run_id is not None
+        assert self.run_id is not None and self._started_at is not None
         mine = Run.objects.using(self.using).filter(id=self.run_id)
-        if not mine.filter(outcome=outcomes.RUNNING).update(
-            outcome=outcome, finished_at=to_db(now), duration=duration, detail=detail
-        ):
+        if self._one_statement:
+            with connections[self.using].cursor() as cursor:
+                ended = postgresql.finish(
+                    cursor, outcome=outcome, name=self.name, run_id=self.run_id, now=to_db(now),
+                    duration=duration, detail=detail, started_at=to_db(self._started_at),
+                )  # fmt: skip
+        else:
+            ended = bool(
+                mine.filter(outcome=outcomes.RUNNING).update(
+                    outcome=outcome, finished_at=to_db(now), duration=duration, detail=detail
+                )
+            )
+        if not ended:
             # A later run found this one past its deadline and wrote it lost: it ran on
             # after its lock had expired. It stays lost; say how it ended.
             late = cut(
@@ -292,6 +327,8 @@ class RunRecorder:
             )
             mine.update(finished_at=to_db(now), duration=duration, detail=late)
             return
+        if self._one_statement:
+            return  # the statement wrote the name's summary too
         fields: dict[str, Any] = {
             "last_outcome": outcome,
             "last_finished_at": to_db(now),
@@ -301,7 +338,6 @@ class RunRecorder:
         if outcome == outcomes.LOST:
             fields["runs_lost"] = F("runs_lost") + 1
         elif outcome == outcomes.SUCCEEDED:
-            assert self._started_at is not None
             fields["last_success_at"] = to_db(self._started_at)
             fields["last_success_duration"] = duration
             fields["last_success_run_id"] = self.run_id

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import redis
@@ -119,11 +119,31 @@ class AsyncEdge:
         if timeout is not None:
             self._watch(conn, loop, timeout)
         try:
-            reply = await conn.exchange(packed)
+            connection = conn.connection
+            reader = connection._reader
+            if conn.broken or conn.owed or reader is None or reader.at_eof():
+                await conn.prepare()
+            # The usual way, inline: each call less is a coroutine frame fewer to set up
+            # and to resume when the answer arrives.
+            connection._writer.write(packed)
+            conn.owed = 1
+            reply = await connection._parser.read_response()
+            conn.owed = 0
+            if isinstance(reply, redis.ResponseError):
+                raise reply
         except (redis.ResponseError, asyncio.CancelledError):
             # An answer read in full, or a cancelled wait for one (owed, read first
             # next time): the connection stays usable.
             kept.append(conn)
+            raise
+        except (OSError, redis.ConnectionError) as err:
+            # Closed under the read, by the server or by the deadline's timer.
+            conn.shut()
+            kept.append(conn)
+            if conn.late:
+                raise redis.TimeoutError("Timeout reading from Redis") from None
+            if isinstance(err, OSError):
+                raise redis.ConnectionError(f"Error while reading from Redis: {err}") from err
             raise
         except BaseException:
             # A failure or a timeout half-way: what the connection holds is unknown;
@@ -210,32 +230,17 @@ class _Conn:
         self.deadline = 0.0
         self.late = False
 
-    async def exchange(self, packed: bytes) -> Any:
-        connection = self.connection
-        reader = connection._reader
+    async def prepare(self) -> None:
+        """Make the connection ready for a command: connected (again, if it never was or
+        the server closed it: a restart, an idle timeout; as the pool does on checkout),
+        and owing no answer (those of cancelled commands are read and dropped)."""
+        reader = self.connection._reader
         if self.broken or reader is None or (reader.at_eof() and not self.owed):
-            # Never connected, or the server closed it (a restart, an idle timeout):
-            # connect again before anything is sent, as the pool does on checkout.
             await self.reconnect()
         while self.owed:
-            await self._read()  # an answer nobody waits for any more
-        connection._writer.write(packed)
-        self.owed = 1
-        return await self._read()
-
-    async def _read(self) -> Any:
-        try:
             reply = await self.connection._parser.read_response()
-        except (OSError, redis.ConnectionError) as err:
-            if self.late:
-                raise redis.TimeoutError("Timeout reading from Redis") from None
-            if isinstance(err, OSError):
-                raise redis.ConnectionError(f"Error while reading from Redis: {err}") from err
-            raise
-        self.owed -= 1
-        if isinstance(reply, redis.ResponseError):
-            raise reply
-        return reply
+            self.owed -= 1
+            del reply  # an answer nobody waits for any more
 
     async def reconnect(self) -> None:
         self.owed, self.late, self.broken = 0, False, True
@@ -244,13 +249,13 @@ class _Conn:
         self.broken = False
 
     def shut(self) -> None:
-        """Close without waiting (the next :meth:`exchange` connects again)."""
+        """Close without waiting (the next round trip connects again)."""
         self.owed, self.broken = 0, True
         self.connection._close()
 
     def expire(self) -> None:
         """The round trip is late: shut the connection, so that its read fails (as a
-        timeout, see :meth:`_read`)."""
+        timeout, see ``AsyncEdge.roundtrip``)."""
         self.late = True
         self.shut()
 
@@ -261,8 +266,9 @@ class AsyncRedis:
 
     _async_edge: AsyncEdge
 
-    async def _asend(self, packed: bytes) -> Any:
-        return await self._async_edge.roundtrip(packed)
+    def _asend(self, packed: bytes) -> Awaitable[Any]:
+        # The edge's coroutine itself: no frame of its own around it.
+        return self._async_edge.roundtrip(packed)
 
     async def aclose(self) -> None:
         """Close the asyncio connections (call it on the loop that used them), then

@@ -235,7 +235,8 @@ class _Conn:
         the server closed it: a restart, an idle timeout; as the pool does on checkout),
         and owing no answer (those of cancelled commands are read and dropped)."""
         reader = self.connection._reader
-        if self.broken or reader is None or (reader.at_eof() and not self.owed):
+        # At its end with nothing left to read, the answers owed are lost with it.
+        if self.broken or reader is None or reader.at_eof():
             await self.reconnect()
         while self.owed:
             reply = await self.connection._parser.read_response()

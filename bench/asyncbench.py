@@ -11,6 +11,8 @@ Usage: ``python -m bench.asyncbench ROUNDS SECONDS`` prints one JSON object. Per
 - ``concurrent``: 64 holders of 64 distinct names, each holding for 50 ms: one after
   the other with ``lock()`` (the sync way), against 64 coroutines at once with
   ``alock``. The target is the async total at most 1/8 of the sequential one.
+
+The Durable Object Worker runs with the variables of the shipped ``wrangler.jsonc``.
 """
 
 from __future__ import annotations
@@ -184,7 +186,12 @@ def main(rounds: int, seconds: float) -> dict[str, Any]:
     else:
         report["missing"].append("redis: nothing listens on 127.0.0.1:6379")
     if shutil.which("node"):
-        with LocalWorker() as worker:
+        from tslock_django.worker.export import shipped_variables
+
+        # The Worker as the exported wrangler.jsonc runs it (16 index shards, reports after
+        # 1 s), as the Durable Object section runs it: with reports at once, the index's
+        # work competes with the acquires on the local runtime's one thread.
+        with LocalWorker(variables=shipped_variables()) as worker:
             backend = {
                 "BACKEND": "tslock_django.providers.cloudflare_do.DurableObjectLockProvider",
                 "OPTIONS": {"url": worker.url, "token": worker.token, "timeout": 10.0},

@@ -9,6 +9,7 @@ they can misbehave the way no test transport can (send forever, or a byte at a t
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import socket
@@ -392,3 +393,40 @@ def test_the_kv_provider_sends_every_request_on_one_kept_alive_connection() -> N
         finally:
             provider.close()
     assert (server.requests, server.connections) == (5, 1)
+
+
+def test_the_async_edge_keeps_one_caller_to_one_connection_and_spreads_many_over_small_pools() -> None:
+    from tslock_django.providers.http_async import POOL_SIZE
+
+    answer = keep_alive_answer(200, {"released": True})
+
+    def slow_answer(conn: socket.socket, server: Server) -> None:
+        time.sleep(0.2)  # long enough for every request of the burst to be in flight at once
+        answer(conn, server)
+
+    burst = POOL_SIZE + 4
+
+    async def main(provider: DurableObjectLockProvider) -> tuple[int, list[int]]:
+        try:
+            for _ in range(3):
+                assert await provider.aforce_unlock("job", expected=None) is True
+            one_at_a_time = len(provider._async_pool()._clients)
+            done = await asyncio.gather(
+                *(provider.aforce_unlock(f"job{i}", expected=None) for i in range(burst))
+            )
+            assert all(done)
+            apool = provider._async_pool()
+            return one_at_a_time, [len(apool._clients), *apool._busy]
+        finally:
+            await provider.aclose()
+
+    with serve(slow_answer) as server:
+        provider = do_provider(server.url)
+        try:
+            one_at_a_time, (clients, *busy) = asyncio.run(main(provider))
+        finally:
+            provider.close()
+    assert one_at_a_time == 1
+    # The first pool's connections, then a second pool for the rest; none busy afterwards.
+    assert (clients, busy) == (2, [0, 0])
+    assert (server.requests, server.connections) == (3 + burst, burst)

@@ -15,6 +15,7 @@ from tslock_django import LockConfiguration, LockProviderError
 from tslock_django.providers.redis import RedisLockProvider
 
 from .conftest import PASSWORD, MakeProvider
+from .server import RedisServer
 
 pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
 
@@ -77,5 +78,100 @@ def test_a_request_cancelled_in_flight_leaves_a_clean_connection(make_provider: 
                 assert await held.aunlock() is True
         finally:
             await provider.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_server_that_stops_answering_times_out_and_the_next_request_is_clean(server: RedisServer) -> None:
+    provider = RedisLockProvider("jobs", url=server.url, timeout=0.3)
+    config = LockConfiguration("job", "5m")
+
+    async def main() -> None:
+        try:
+            held = await provider.alock(config)
+            assert held is not None
+            server.pause()
+            try:
+                # One timer keeps the deadlines of every connection in use at once.
+                failures = await asyncio.gather(
+                    provider.alock(config), held.aextend("5m"), return_exceptions=True
+                )
+            finally:
+                server.resume()
+            for failure in failures:
+                assert isinstance(failure, LockProviderError), failure
+                assert "did not answer in time" in str(failure) and PASSWORD not in str(failure)
+            # The answers given up on must not be read as those of the next requests.
+            assert await provider.alock(config) is None
+            assert await held.aunlock() is True
+        finally:
+            await provider.aclose()
+        provider.close()
+
+    asyncio.run(main())
+
+
+def test_an_acquire_cancelled_in_flight_leaves_no_lock(server: RedisServer) -> None:
+    # The acquire reaches Redis while writes wait (CLIENT PAUSE WRITE), so it is
+    # cancelled sent and unanswered; Redis grants it once writes go on, and the undo
+    # sent after it on the same connection releases it.
+    provider = RedisLockProvider("jobs", url=server.url, timeout=10)
+    admin = server.admin()
+    config = LockConfiguration("job", "5m")
+
+    async def main() -> None:
+        try:
+            assert await provider.alock(LockConfiguration("warm-up", "1m")) is not None
+            admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+            try:
+                task = asyncio.create_task(provider.alock(config))
+                await asyncio.sleep(0.1)  # sent; Redis holds it until writes go on
+                assert not task.done()
+                task.cancel()
+                await asyncio.sleep(0.05)
+            finally:
+                admin.execute_command("CLIENT", "UNPAUSE")
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            again = await provider.alock(config)
+            assert again is not None, "the cancelled acquire left the lock held by nobody"
+            assert await again.aunlock() is True
+        finally:
+            await provider.aclose()
+        provider.close()
+        admin.close()
+
+    asyncio.run(main())
+
+
+def test_a_release_cancelled_in_flight_still_releases(server: RedisServer) -> None:
+    provider = RedisLockProvider("jobs", url=server.url, timeout=10)
+    admin = server.admin()
+    config = LockConfiguration("job", "5m")
+
+    async def main() -> None:
+        from tslock_django.core.aexecutor import agive_back, atake
+
+        try:
+            held, acquired = await atake(provider, config)
+            admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+            try:
+                task = asyncio.create_task(agive_back(held, acquired))
+                await asyncio.sleep(0.1)  # sent; Redis holds it until writes go on
+                assert not task.done()
+                task.cancel()
+                await asyncio.sleep(0.05)
+                task.cancel()  # a second cancellation does not cut the release short either
+            finally:
+                admin.execute_command("CLIENT", "UNPAUSE")
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            again = await provider.alock(config)
+            assert again is not None, "the cancelled release left the lock held"
+            assert await again.aunlock() is True
+        finally:
+            await provider.aclose()
+        provider.close()
+        admin.close()
 
     asyncio.run(main())

@@ -10,6 +10,7 @@ code runs under one. ``lock()``, ``@locked_command`` and the executor all go thr
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import random
@@ -166,15 +167,32 @@ class HeldLock:
     async def arelease(self) -> None:
         """:meth:`release` for asyncio code. Runs to its end even if the awaiting task
         is cancelled meanwhile (the cancellation is raised afterwards), so a cancelled
-        task leaves no lock behind."""
-        await finish(self._arelease())
+        task leaves no lock behind.
 
-    async def _arelease(self) -> None:
-        if self._keep_alive is not None:
-            await self._keep_alive.astop()
-        handle = self._releasing()
-        if handle is None:
-            return
+        Awaited directly; only when a cancellation cuts it short is the rest finished
+        in a task the cancellation cannot reach (a release that may have reached the
+        store is sent again: with the same token, a second release changes nothing)."""
+        handle: SimpleLock | None = None
+        try:
+            if self._keep_alive is not None:
+                await self._keep_alive.astop()
+            handle = self._releasing()
+            if handle is not None:
+                await self._aunlock(handle)
+        except asyncio.CancelledError:
+            await finish(self._arelease_after_cancel(handle))
+            raise
+
+    async def _arelease_after_cancel(self, handle: SimpleLock | None) -> None:
+        if handle is None:  # cut short while keep-alive stopped
+            if self._keep_alive is not None:
+                await self._keep_alive.astop()
+            handle = self._releasing()
+            if handle is None:
+                return
+        await self._aunlock(handle)
+
+    async def _aunlock(self, handle: SimpleLock) -> None:
         try:
             await handle.aunlock()
         except LockProviderError as err:

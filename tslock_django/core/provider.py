@@ -15,8 +15,10 @@ sync path's own, so both paths behave alike.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
+import secrets
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -79,6 +81,19 @@ def check_fencing_token(name: str, token: int) -> None:
         )
 
 
+#: The token :meth:`LockProvider.aattempt` chose for the acquire this task is sending.
+_chosen_token: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tslock_chosen_token", default=None
+)
+
+
+def new_token() -> str:
+    """The token of a new holding: the one the async acquire in progress chose (so
+    that it can be undone if cancelled, see ``LockProvider.undoes_by_token``), else a
+    fresh random one."""
+    return _chosen_token.get() or secrets.token_hex(16)
+
+
 def default_locked_by() -> str:
     """``host:pid``: enough for an operator to find the process that holds a lock."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -113,6 +128,12 @@ class LockProvider(ABC):
     #: ``None`` when expired records stay until ``purge``; otherwise how the store
     #: forgets them by itself (shown by ``tslock purge``).
     self_cleaning: ClassVar[str | None] = None
+    #: ``True`` when a cancelled async acquire can be undone by its token (see
+    #: :meth:`aattempt`): the acquire holds the token :func:`new_token` gives rather
+    #: than one the store makes up, ``_aforce_unlock(name, token)`` releases exactly
+    #: that holding, and the async edge sends that release after the acquire it undoes
+    #: (one connection answering in order, or no I/O at all).
+    undoes_by_token: ClassVar[bool] = False
 
     def __init__(self, alias: str = "default", *, clock: ClockProvider | None = None, **options: Any) -> None:
         self.alias = alias
@@ -176,8 +197,47 @@ class LockProvider(ABC):
         return (await self.aattempt(config)).held
 
     async def aattempt(self, config: LockConfiguration) -> Attempt:
-        """:meth:`attempt` for asyncio code (see :meth:`alock` on cancellation)."""
+        """:meth:`attempt` for asyncio code (see :meth:`alock` on cancellation).
+
+        A provider that ``undoes_by_token`` is awaited directly; if the task is
+        cancelled, the attempt is undone by the token it was sent with. Any other runs
+        its acquire in a task of its own, which the caller's cancellation cannot cut
+        short, and releases what it granted (a task costs tens of microseconds, which
+        only matter on the fastest stores)."""
         self._attempt_begins(config)
+        if not self.undoes_by_token:
+            return await self._attempt_to_the_end(config)
+        token = secrets.token_hex(16)
+        chosen = _chosen_token.set(token)
+        try:
+            outcome = await self._aacquire(config)
+        except asyncio.CancelledError:
+            # The request may have reached the store, granted or not: release that
+            # holding if there is one, before the cancellation goes on.
+            await finish(self._undo_attempt(config, token))
+            raise
+        except Exception as err:
+            self._attempt_failed(config, err)
+            raise
+        finally:
+            _chosen_token.reset(chosen)
+        return self._attempt_ends(config, outcome)
+
+    async def _undo_attempt(self, config: LockConfiguration, token: str) -> None:
+        """Release the holding of ``token`` if the store granted it. An attempt that
+        was cancelled never ran its job, so ``lock_at_least_for`` does not apply."""
+        try:
+            await self._aforce_unlock(config.name, token)
+        except LockProviderError as err:
+            logger.error(
+                "acquiring lock %r was cancelled, and releasing what the store may have granted "
+                "failed (it expires within %s): %s",
+                config.name,
+                config.lock_at_most_for,
+                err,
+            )
+
+    async def _attempt_to_the_end(self, config: LockConfiguration) -> Attempt:
         acquiring = asyncio.ensure_future(self._aacquire(config))
         try:
             outcome = await asyncio.shield(acquiring)

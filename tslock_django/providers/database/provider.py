@@ -163,7 +163,7 @@ class DatabaseLockProvider(LockProvider):
         of an INSERT (``conflict_means_held``), which is re-raised for the caller.
         """
         prepared = prepared and self.prepares and conn is connections[self.using]
-        maker = preparing if prepared else cursors.plain
+        maker = preparing if prepared else self._dialect.cursor
         try:
             try:
                 return cursors.run(conn, sql, params, fetch=fetch, carried=carried, maker=maker)

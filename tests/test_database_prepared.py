@@ -123,8 +123,8 @@ def test_inside_a_transaction_the_private_connection_prepares_nothing(
     from tslock_django.providers.database import provider as database
 
     made = []
-    real = database.prepared_cursor
-    monkeypatch.setattr(database, "prepared_cursor", lambda conn: made.append(conn) or real(conn))
+    real = database.preparing
+    monkeypatch.setattr(database, "preparing", lambda conn: made.append(conn) or real(conn))
     provider = DatabaseLockProvider("db", using="postgres", prepared_statements=True)
     with transaction.atomic(using="postgres"):
         held = provider.lock(LockConfiguration("in-atomic-prepared", "1m"))
@@ -132,7 +132,8 @@ def test_inside_a_transaction_the_private_connection_prepares_nothing(
     assert made == []  # a connection that serves one operation gains nothing from it
     held = provider.lock(LockConfiguration("in-atomic-prepared", "1m"))
     assert held is not None and held.unlock() is True
-    assert made == [connections["postgres"]] * 2
+    # One preparing cursor, made for the first statement and kept for the second.
+    assert made == [connections["postgres"]]
 
 
 def test_statements_dropped_behind_psycopgs_back_are_prepared_again(

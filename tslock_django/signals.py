@@ -38,6 +38,12 @@ keep_alive_failed = Signal()
 lock_force_released = Signal()
 
 
+def listened(signal: Signal) -> bool:
+    """Whether any receiver is connected to ``signal``: a lock+unlock sends three signals,
+    and when nobody listens, building their arguments is all the work they would cost."""
+    return bool(signal.receivers)
+
+
 def notify(signal: Signal, **kwargs: object) -> None:
     """Send ``signal`` so that a failing receiver cannot break locking.
 

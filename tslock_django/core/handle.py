@@ -98,8 +98,11 @@ class SimpleLock:
                 may be retried; otherwise the lock expires at ``lock_until``.
         """
         self._spend("unlock")
-        with self._unspent_unless_answered():
+        try:
             released = self.provider._unlock(self)
+        except LockProviderError:
+            self._unspend()
+            raise
         return self._unlocked(released)
 
     async def aunlock(self) -> bool:
@@ -120,9 +123,13 @@ class SimpleLock:
         try:
             yield
         except (LockProviderError, asyncio.CancelledError):
-            with self._mutex:
-                self._spent = None
+            self._unspend()
             raise
+
+    def _unspend(self) -> None:
+        """Give the handle back its use (see ``_unspent_unless_answered``)."""
+        with self._mutex:
+            self._spent = None
 
     def _unlocked(self, released: bool) -> bool:
         self.notify(signals.lock_released, released=released)
@@ -177,6 +184,8 @@ class SimpleLock:
     def notify(self, signal: Signal, **extra: object) -> None:
         """Send ``signal`` about this holding, with the arguments every tslock signal
         carries (``alias``, ``name``, ``record``, the durations) plus ``extra``."""
+        if not signals.listened(signal):
+            return
         signals.notify(
             signal,
             sender=type(self.provider),

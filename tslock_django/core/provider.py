@@ -275,16 +275,20 @@ class LockProvider(ABC):
         """What every acquire does before asking the store: check the name and send
         ``lock_attempted``."""
         self.validate_name(config.name)
-        signals.notify(signals.lock_attempted, sender=type(self), record=None, **self._common(config))
+        if signals.listened(signals.lock_attempted):
+            signals.notify(signals.lock_attempted, sender=type(self), record=None, **self._common(config))
 
     def _attempt_ends(self, config: LockConfiguration, outcome: SimpleLock | LockRecord | None) -> Attempt:
         """What every acquire does with the store's answer: send ``lock_acquired`` or
         ``lock_skipped`` and return the :class:`Attempt`."""
-        common = self._common(config)
         if isinstance(outcome, SimpleLock):
-            signals.notify(signals.lock_acquired, sender=type(self), record=outcome.record, **common)
+            if signals.listened(signals.lock_acquired):
+                signals.notify(
+                    signals.lock_acquired, sender=type(self), record=outcome.record, **self._common(config)
+                )
             return Attempt(outcome, None)
-        signals.notify(signals.lock_skipped, sender=type(self), record=outcome, **common)
+        if signals.listened(signals.lock_skipped):
+            signals.notify(signals.lock_skipped, sender=type(self), record=outcome, **self._common(config))
         return Attempt(None, outcome)
 
     def _attempt_failed(self, config: LockConfiguration, err: Exception) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .cursors import plain
+
 #: The parameters of the plain upsert, in order, by name (see ``Statements``).
 UPSERT_SLOTS: tuple[str, ...] = ("name", "until", "now", "locked_by", "token")
 
@@ -75,6 +77,9 @@ class Dialect:
     #: The server-side routines of acquire and unlock (with the database's clock),
     #: where this vendor has them and they pay (see ``Routines``).
     routines: Routines | None = None
+    #: Makes the DB-API cursor the provider keeps on a connection (see ``cursors``):
+    #: by default the one ``connection.cursor()`` wraps.
+    cursor = staticmethod(plain)
 
     def now(self) -> str:
         raise NotImplementedError

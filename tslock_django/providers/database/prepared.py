@@ -54,17 +54,13 @@ def _preparing_cursor_class() -> type:
     return PreparingCursor
 
 
-def prepared_cursor(conn: BaseDatabaseWrapper) -> Any:
-    """A cursor on ``conn`` that runs its statements prepared: psycopg parses and plans
-    each once per connection and afterwards sends only its parameters. Made as Django
-    makes its own (a health check where ``CONN_HEALTH_CHECKS`` asks for one, the thread
-    check) and wrapped like them, so database errors, ``execute_wrapper`` hooks and the
-    query log see these statements like any other."""
-    conn.close_if_health_check_failed()
-    conn.ensure_connection()
-    conn.validate_thread_sharing()
-    cursor = _preparing_cursor_class()(conn.connection)
-    return conn.make_debug_cursor(cursor) if conn.queries_logged else conn.make_cursor(cursor)
+def preparing(conn: BaseDatabaseWrapper) -> Any:
+    """A cursor on ``conn`` (connected) that runs its statements prepared: psycopg parses
+    and plans each once per connection and afterwards sends only its parameters. The
+    provider keeps it on the connection like its plain cursor (see ``cursors``), so
+    database errors, ``execute_wrapper`` hooks and the query log see these statements
+    like any other."""
+    return _preparing_cursor_class()(conn.connection)
 
 
 def statement_gone(err: BaseException) -> bool:

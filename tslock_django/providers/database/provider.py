@@ -26,9 +26,9 @@ from ...core.records import LockRecord, token_digest
 from ...exceptions import LockProviderError
 from ..epoch import from_epoch_us, to_epoch_us
 from ..options import DATABASE, check_database_vendor
-from . import tables
+from . import cursors, tables
 from .listing import PageStatements, unmatchable
-from .prepared import prepared_cursor, prepares, statement_gone
+from .prepared import prepares, preparing, statement_gone
 from .retention import Retention
 from .routines import DIALECTS
 from .statements import Statements
@@ -105,10 +105,11 @@ class DatabaseLockProvider(LockProvider):
 
     # -- connections ---------------------------------------------------------------
 
-    def _on_connection(self, what: str, operation: Callable[[BaseDatabaseWrapper], T]) -> T:
-        """Run an operation that writes: on the caller's connection when it commits each
-        statement at once; otherwise on a connection of our own for this one operation
-        (closed afterwards, so it never outlives the operation)."""
+    def _on_connection(self, what: str, operation: Callable[..., T], *args: Any) -> T:
+        """Run an operation that writes, ``operation(conn, what, *args)``: on the caller's
+        connection when it commits each statement at once; otherwise on a connection of
+        our own for this one operation (closed afterwards, so it never outlives the
+        operation)."""
         shared = connections[self.using]
         try:
             # get_autocommit() connects: an unreachable server fails here.
@@ -117,7 +118,7 @@ class DatabaseLockProvider(LockProvider):
             shared.close_if_unusable_or_obsolete()
             raise self._failure(what, err) from err
         if direct:
-            return operation(shared)
+            return operation(shared, what, *args)
         if self.vendor == "sqlite":
             raise LockProviderError(
                 f"{what}: database {self.using!r} is SQLite, which allows one writer at a time, and "
@@ -127,7 +128,7 @@ class DatabaseLockProvider(LockProvider):
             )
         private = type(shared)(dict(shared.settings_dict), alias=self.using)
         try:
-            return operation(private)
+            return operation(private, what, *args)
         finally:
             try:
                 private.close()
@@ -162,16 +163,10 @@ class DatabaseLockProvider(LockProvider):
         of an INSERT (``conflict_means_held``), which is re-raised for the caller.
         """
         prepared = prepared and self.prepares and conn is connections[self.using]
-
-        def run() -> tuple[int, list[Any]]:
-            with prepared_cursor(conn) if prepared else conn.cursor() as cursor:
-                cursor.execute(sql, params)
-                rows = cursor.fetchall() if fetch else [(cursor.lastrowid,)] if carried else []
-                return cursor.rowcount, rows
-
+        maker = preparing if prepared else self._dialect.cursor
         try:
             try:
-                return run()
+                return cursors.run(conn, sql, params, fetch=fetch, carried=carried, maker=maker)
             except DatabaseError as err:
                 if not (prepared and statement_gone(err)):
                     raise
@@ -185,7 +180,7 @@ class DatabaseLockProvider(LockProvider):
                     self.using,
                 )
                 conn.close()
-                return run()
+                return cursors.run(conn, sql, params, fetch=fetch, carried=carried, maker=maker)
         except DatabaseError as err:
             if conflict_means_held and isinstance(err, IntegrityError):
                 raise
@@ -214,8 +209,7 @@ class DatabaseLockProvider(LockProvider):
     # -- the protocol -----------------------------------------------------------------
 
     def _acquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
-        what = f"acquire {config.name!r}"
-        return self._on_connection(what, lambda conn: self._acquire_on(conn, what, config))
+        return self._on_connection(f"acquire {config.name!r}", self._acquire_on, config)
 
     def _acquire_on(
         self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration
@@ -261,6 +255,8 @@ class DatabaseLockProvider(LockProvider):
             token=token,
             fencing_token=int(fencing),
             provider=self.alias,
+            # The token's fingerprint is its digest's head: no second hash.
+            token_fingerprint=digest[:8],
         )
         return self.handle(record, config)
 
@@ -351,19 +347,17 @@ class DatabaseLockProvider(LockProvider):
     def _unlock(self, held: SimpleLock) -> bool:
         # The at-least deadline came from this database's clock (locked_at, or the
         # extension's "now", plus lock_at_least_for), so it is compared with that clock.
-        what = f"unlock {held.name!r}"
-        at_least, now = to_epoch_us(held.lock_at_least_until), self._now()
-        digest = token_digest(held.token)
+        return self._on_connection(f"unlock {held.name!r}", self._unlock_on, held)
 
-        def unlock(conn: BaseDatabaseWrapper) -> bool:
-            if self._routines is not None:
-                rows = self._call(conn, what, self._routines.unlock, [held.name, digest, at_least])
-                if rows is not None:
-                    return bool(rows[0][0])
-            params = [at_least, *now, held.name, digest, *now]
-            return self._run(conn, what, self._sql.unlock, params, prepared=True)[0] == 1
-
-        return self._on_connection(what, unlock)
+    def _unlock_on(self, conn: BaseDatabaseWrapper, what: str, held: SimpleLock) -> bool:
+        at_least, digest = to_epoch_us(held.lock_at_least_until), token_digest(held.token)
+        if self._routines is not None:
+            rows = self._call(conn, what, self._routines.unlock, [held.name, digest, at_least])
+            if rows is not None:
+                return bool(rows[0][0])
+        now = self._now()
+        params = [at_least, *now, held.name, digest, *now]
+        return self._run(conn, what, self._sql.unlock, params, prepared=True)[0] == 1
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         what = f"extend {held.name!r}"
@@ -373,7 +367,7 @@ class DatabaseLockProvider(LockProvider):
         returning = self._dialect.update_returning
         carried = self._dialect.extend_carries_deadline
 
-        def extend(conn: BaseDatabaseWrapper) -> list[Any] | None:
+        def extend(conn: BaseDatabaseWrapper, what: str) -> list[Any] | None:
             count, rows = self._run(
                 conn, what, self._sql.extend, params, fetch=returning, carried=carried, prepared=True
             )
@@ -398,6 +392,7 @@ class DatabaseLockProvider(LockProvider):
             token=held.token,
             fencing_token=held.fencing_token,
             provider=self.alias,
+            token_fingerprint=held.record.token_fingerprint,
         )
         return self.handle(record, config, lock_at_least_until=extended_at + config.lock_at_least_for)
 
@@ -410,7 +405,7 @@ class DatabaseLockProvider(LockProvider):
         elif isinstance(expected, str):
             sql, params = sql + " AND token = %s", [*params, token_digest(expected)]
         return self._on_connection(
-            what, lambda conn: self._run(conn, what, sql, params, prepared=True)[0] == 1
+            what, lambda conn, what: self._run(conn, what, sql, params, prepared=True)[0] == 1
         )
 
     # -- asyncio ----------------------------------------------------------------------

@@ -45,9 +45,7 @@ class Retention:
         what = "purge expired locks"
         if dry_run:
             return self.provider._reading(what, lambda conn: self._purge_count(conn, what, expired_for))
-        return self.provider._on_connection(
-            what, lambda conn: self._purge_on(conn, what, expired_for, batch_size)
-        )
+        return self.provider._on_connection(what, self._purge_on, expired_for, batch_size)
 
     def _purge_cutoff(self, conn: BaseDatabaseWrapper, what: str, expired_for: timedelta) -> int | None:
         """Epoch microseconds: rows with ``lock_until`` at or before it are purged;

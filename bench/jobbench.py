@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -98,16 +99,26 @@ CELERY_POSTGRES = "tslock_bench_celery"
 def run_celery(round_trips: int) -> dict[str, Any]:
     """``run_celery_with`` for each of ``CELERY_SETUPS``, on one Redis (the broker, the
     result backend and, where a setup says so, the lock store)."""
-    from bench.__main__ import SERVERS, reachable
     from tests.redis.server import RedisServer
 
-    postgres = reachable(SERVERS["postgres"])
+    postgres = _postgres_reachable()
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as redis_server:
         return {
             label: run_celery_with(redis_server.url, url, journal, round_trips, database=database)
             for label, (url, journal, database) in CELERY_SETUPS.items()
             if database == "sqlite" or postgres
         }
+
+
+def _postgres_reachable() -> bool:
+    """Whether PostgreSQL answers on 127.0.0.1:5432 (as bench.__main__.reachable checks; not
+    imported from there, since bench.__main__ imports this module: tests/test_layout.py
+    forbids the circle)."""
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def _postgres(action: str) -> None:

@@ -28,6 +28,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: The slowest test modules, slowest first (about 2 minutes for the benchmarks' quick run,
+#: 25-80 s for the others in one process): under pytest-xdist they are handed out first
+#: (make test passes --no-loadscope-reorder), so that no process is still running one of
+#: them long after the other has finished everything else.
+LONGEST_FIRST = (
+    "tests/test_bench_smoke.py",
+    "tests/contract/test_database.py",
+    "tests/test_database_query.py",
+    "tests/faults/test_worker_faults.py",
+    "tests/redis/test_contract.py",
+    "tests/worker/test_worker_shards.py",
+    "tests/worker/test_worker_contract.py",
+)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """Under ``pytest -n N --dist loadgroup`` (make test), each test module is one unit of
+    work that one process runs whole, unless its tests name an ``xdist_group`` of their
+    own: module-scoped fixtures (a Workers runtime, a Redis server) then start once, as in
+    a run in one process, and a module's tests keep their order. The marks go on before
+    the other hooks run (xdist's reads them); the longest modules go first after them
+    (pytest-django's puts the tests in Django's order)."""
+    grouped = config.getoption("dist", "no") == "loadgroup"
+    if grouped:
+        for item in items:
+            if item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    yield
+    if grouped:
+        rank = {module: place for place, module in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def database_marks(alias: str, server: str) -> list[pytest.MarkDecorator]:
     """Marks for tests on one database server: transactional, and skipped with a reason
     when the server is absent (never under CI, where tests/settings.py always adds it)."""

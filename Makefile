@@ -71,7 +71,11 @@ matrix-newest: venv
 docs: venv
 	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs var/docs
 
-test: lint typecheck docs unit matrix-newest
+# unit and matrix-newest side by side (make -j2): both spend most of their time waiting on
+# servers, Workers runtimes and child processes, and the matrix prints only its table (its
+# pytest output goes to var/matrix/<run>.log), so the two outputs do not interleave.
+test: lint typecheck docs
+	$(MAKE) --no-print-directory -j2 unit matrix-newest
 
 # The whole matrix (Python 3.10-3.13 x Django 4.2-6.1, plus the oldest dependencies allowed);
 # the table goes to var/matrix/results.md. MATRIX_ARGS narrows it, e.g.

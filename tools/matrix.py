@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     data = project()
     requirements = [f"-e{editable_target(data)}", *suite_requirements(data)]
-    pytest_args = PYTEST_ARGS + ["-n", str(args.processes), "--dist", "loadgroup", "--no-loadscope-reorder"]
+    pytest_args = [*PYTEST_ARGS, "-n", str(args.processes), "--dist", "loadgroup", "--no-loadscope-reorder"]
     pytest_args += NOT_DJANGO_FACING if args.newest and not args.full else []
     runs, notes = plan(args.python, args.django, floor=args.floor, newest=args.newest)
     if args.newest and not args.full:

@@ -51,9 +51,14 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy tslock_django
 
+# The suite in PYTEST_JOBS processes (pytest-xdist; 0: in this one). Most of its time is spent
+# waiting on database servers, Workers runtimes and child processes, not on the CPU, so two
+# processes halve it on CI's two cores. Tests that must not overlap one another share an
+# xdist_group mark, which --dist loadgroup keeps in one process.
+PYTEST_JOBS ?= 2
 unit: venv npm wrangler browser
 	$(PY) manage.py makemigrations --check --dry-run --settings=tests.settings
-	$(VENV)/bin/pytest --cov --cov-report=term $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder --cov --cov-report=term $(PYTEST_ARGS)
 
 # The newest Django on the newest Python found (3.10-3.13), in var/matrix: CI's guard
 # against the version that will break first; it says so and passes when none is found.
@@ -66,7 +71,11 @@ matrix-newest: venv
 docs: venv
 	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs var/docs
 
-test: lint typecheck docs unit matrix-newest
+# unit and matrix-newest side by side (make -j2): both spend most of their time waiting on
+# servers, Workers runtimes and child processes, and the matrix prints only its table (its
+# pytest output goes to var/matrix/<run>.log), so the two outputs do not interleave.
+test: lint typecheck docs
+	$(MAKE) --no-print-directory -j2 unit matrix-newest
 
 # The whole matrix (Python 3.10-3.13 x Django 4.2-6.1, plus the oldest dependencies allowed);
 # the table goes to var/matrix/results.md. MATRIX_ARGS narrows it, e.g.

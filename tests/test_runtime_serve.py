@@ -31,6 +31,14 @@ def runtime_installed() -> None:
         pytest.skip("the local Workers runtime is not installed (make npm, or tslock runtime --install)")
 
 
+def ctrl_c_as_in_a_terminal() -> None:
+    """In the child, before it runs: SIGINT back to its default action. A shell without job
+    control starts background commands with SIGINT ignored, and a Python started so never
+    turns SIGINT into KeyboardInterrupt: a test run started that way would wait PATIENCE
+    seconds for a command deaf to the Ctrl-C the test sends (a terminal always delivers it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_serving(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
     """The command started; its stdout read line by line into the queue (``None`` at the
     end), its stderr into ``tmp_path / "stderr"``."""
@@ -50,6 +58,7 @@ def start_serving(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], qu
         stdout=subprocess.PIPE,
         stderr=(tmp_path / "stderr").open("w"),
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     lines: queue.Queue[str | None] = queue.Queue()
 

@@ -15,7 +15,8 @@ that pyproject.toml allows.
 
 Each run installs the project (editable, every extra) and the ``test`` dependency group
 without the lint and type tools, and runs pytest without the stress tests (``-m "not
-stress"``), the browser test and the benchmark smoke test. The table goes to stdout and to
+stress"``), the browser test and the benchmark smoke test, in two processes (pytest-xdist,
+as ``make test`` runs it; ``--processes 0`` for one). The table goes to stdout and to
 var/matrix/results.md; each run's output to var/matrix/<name>.log. Exit status 1 when a
 run failed.
 """
@@ -282,11 +283,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", type=int, default=1, help="Runs at a time (each test run has databases of its own)."
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=2,
+        help="pytest-xdist processes per run (default 2, as make test; 0 runs each suite in one).",
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     data = project()
     requirements = [f"-e{editable_target(data)}", *suite_requirements(data)]
-    pytest_args = PYTEST_ARGS + (NOT_DJANGO_FACING if args.newest and not args.full else [])
+    pytest_args = [*PYTEST_ARGS, "-n", str(args.processes), "--dist", "loadgroup", "--no-loadscope-reorder"]
+    pytest_args += NOT_DJANGO_FACING if args.newest and not args.full else []
     runs, notes = plan(args.python, args.django, floor=args.floor, newest=args.newest)
     if args.newest and not args.full:
         notes.append(

@@ -299,9 +299,12 @@ def test_a_released_lock_without_at_least_is_free_at_once(make_provider: MakePro
 
 
 def test_script_flush_is_recovered_transparently(
-    make_provider: MakeProvider, monkeypatch: pytest.MonkeyPatch
+    make_provider: MakeProvider, server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    provider = make_provider()
+    # A Redis of this test's own: SCRIPT FLUSH empties the whole server's script cache, so on
+    # the shared local Redis another test process (pytest -n 2, a benchmark) could load the
+    # script again between the flush and the unlock, or send one EVALSHA too many itself.
+    provider = make_provider(url=server.url)
     first = provider.lock(config("flushed"))
     assert first is not None
     provider.client().script_flush()

@@ -92,8 +92,9 @@ CELERY_SETUPS = {
     "Redis provider, journal on (PostgreSQL)": ("redis", "on", "postgres"),
     "Redis provider, journal off": ("redis", "off", "sqlite"),
 }
-#: The PostgreSQL database the PostgreSQL setups create, migrate and drop.
-CELERY_POSTGRES = "tslock_bench_celery"
+#: The PostgreSQL database the PostgreSQL setups create, migrate and drop (one per bench
+#: process, so that two runs at once, such as CI's smoke run beside a developer's, never share it).
+CELERY_POSTGRES = f"tslock_bench_celery_{os.getpid()}"
 
 
 def run_celery(round_trips: int) -> dict[str, Any]:

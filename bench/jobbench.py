@@ -3,8 +3,11 @@ empty locked command (real processes, alternating), and a Celery task's round tr
 to result) with and without ``locked_task`` (a real prefork worker on a Redis of its own).
 
 ``tslock run`` and the locked command use the SQLite database provider with the journal on,
-as a project would by default; the Celery pair runs in four setups (``CELERY_SETUPS``: the
-database or the Redis provider, the journal on or off), to show which part costs what.
+as a project would by default; the Celery pair runs in six setups (``CELERY_SETUPS``: the
+database or the Redis provider, the journal on or off, the project's database an SQLite
+file or PostgreSQL), to show which part costs what. Where the lock is in Redis, a third
+contender takes the cheapest lock a task can take there (``raw_locked``): the floor that
+no lock in that store can go under.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import gc
 import warnings
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
@@ -111,6 +113,24 @@ def test_a_server_that_stops_answering_times_out_and_the_next_request_is_clean(s
     asyncio.run(main())
 
 
+async def cancelled_in_flight(admin: Any, command: Coroutine[Any, Any, Any], *, times: int) -> None:
+    """Run ``command`` while Redis holds writes back (CLIENT PAUSE WRITE), so that it is
+    sent and unanswered; cancel it ``times`` times, let writes go on, and check that the
+    cancellation reached the caller."""
+    admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+    try:
+        task = asyncio.create_task(command)
+        await asyncio.sleep(0.1)  # sent; Redis holds it until writes go on
+        assert not task.done()
+        for _ in range(times):
+            task.cancel()
+            await asyncio.sleep(0.05)
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 def test_an_acquire_cancelled_in_flight_leaves_no_lock(server: RedisServer) -> None:
     # The acquire reaches Redis while writes wait (CLIENT PAUSE WRITE), so it is
     # cancelled sent and unanswered; Redis grants it once writes go on, and the undo
@@ -122,17 +142,7 @@ def test_an_acquire_cancelled_in_flight_leaves_no_lock(server: RedisServer) -> N
     async def main() -> None:
         try:
             assert await provider.alock(LockConfiguration("warm-up", "1m")) is not None
-            admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
-            try:
-                task = asyncio.create_task(provider.alock(config))
-                await asyncio.sleep(0.1)  # sent; Redis holds it until writes go on
-                assert not task.done()
-                task.cancel()
-                await asyncio.sleep(0.05)
-            finally:
-                admin.execute_command("CLIENT", "UNPAUSE")
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            await cancelled_in_flight(admin, provider.alock(config), times=1)
             again = await provider.alock(config)
             assert again is not None, "the cancelled acquire left the lock held by nobody"
             assert await again.aunlock() is True
@@ -154,18 +164,8 @@ def test_a_release_cancelled_in_flight_still_releases(server: RedisServer) -> No
 
         try:
             held, acquired = await atake(provider, config)
-            admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
-            try:
-                task = asyncio.create_task(agive_back(held, acquired))
-                await asyncio.sleep(0.1)  # sent; Redis holds it until writes go on
-                assert not task.done()
-                task.cancel()
-                await asyncio.sleep(0.05)
-                task.cancel()  # a second cancellation does not cut the release short either
-            finally:
-                admin.execute_command("CLIENT", "UNPAUSE")
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            # A second cancellation does not cut the release short either.
+            await cancelled_in_flight(admin, agive_back(held, acquired), times=2)
             again = await provider.alock(config)
             assert again is not None, "the cancelled release left the lock held"
             assert await again.aunlock() is True

@@ -82,3 +82,6 @@ TSLOCK_JOURNAL = None if os.environ.get("BENCH_JOURNAL") == "off" else {"using":
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}
+# As in production: with DEBUG on, Django logs every statement (on SQLite by running
+# one more statement per statement to quote its parameters), which no deployment pays.
+DEBUG = False

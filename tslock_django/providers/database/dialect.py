@@ -62,6 +62,8 @@ class Dialect:
     #: Whether extend hands its new deadline back in the statement's own reply (the
     #: cursor's ``lastrowid``) rather than by ``RETURNING``.
     extend_carries_deadline = False
+    #: Whether a taking ``UPDATE`` can carry its grant in its reply (see ``carried``).
+    carries_take = False
     #: How the upsert names its table, so the conflict clause can tell the row that
     #: exists (``current``) from the one proposed (``proposed``).
     upsert_alias = " AS held"

@@ -15,6 +15,8 @@ class MySQL(Dialect):
     # MariaDB 10.5 and later return rows from an INSERT, an upsert too; MySQL never does.
     upsert_returning = None
     extend_carries_deadline = True
+    # LAST_INSERT_ID(expr) in the reply; used where upserts return rows (MariaDB 10.5+).
+    carries_take = True
     upsert_alias = ""
     on_conflict_update = "ON DUPLICATE KEY UPDATE"
     share_lock = " LOCK IN SHARE MODE"  # MariaDB has no FOR SHARE

@@ -27,6 +27,7 @@ from ...exceptions import LockProviderError
 from ..epoch import from_epoch_us, to_epoch_us
 from ..options import DATABASE, check_database_vendor
 from . import cursors, tables
+from .carried import CarriedTakes, wall_clock_us
 from .listing import PageStatements, unmatchable
 from .prepared import prepares, preparing, statement_gone
 from .retention import Retention
@@ -86,6 +87,9 @@ class DatabaseLockProvider(LockProvider):
         self._routines = self._dialect.routines if self.use_db_time else None
         # Whether acquire is the one upsert (see _upsert_returns; None: not known yet).
         self._upsert_returning = self._dialect.upsert_returning
+        # Grants carried in a plain UPDATE's reply (MariaDB; see carried). Set up once
+        # the server is known to return upserts' rows, the fallback it needs.
+        self._carried: CarriedTakes | None = None
         # The SQL of "now" in reads; its parameter (if any) comes from _now().
         now_sql = self._dialect.now() if self.use_db_time else self._dialect.instant()
         self._pages = PageStatements(self._dialect, now_sql, self._sql.columns)
@@ -219,34 +223,21 @@ class DatabaseLockProvider(LockProvider):
         # is then no key to this holding, and hex digests compare exactly on every
         # database (MariaDB's default collation would fold the case of raw tokens).
         digest = token_digest(token)
-        rows: list[Any] | None = None
-        if self._routines is not None:
-            call = [name, config.lock_at_most_for // _MICRO, self.locked_by, digest]
-            rows = self._call(conn, what, self._routines.acquire, call)
-        if rows is None and self._upsert_returns(conn):
-            values = {
-                "name": [name],
-                "until": self._until(config.lock_at_most_for),
-                "now": self._now(),
-                "locked_by": [self.locked_by],
-                "token": [digest],
-            }
-            params = [value for slot in self._sql.acquire_slots for value in values[slot]]
-            rows = self._run(conn, what, self._sql.acquire, params, fetch=True, prepared=True)[1]
-        if rows is not None:
-            if not rows:
-                # An upsert always ends with a row; none is a store that misbehaves,
-                # never "held".
-                raise LockProviderError(f"{what}: the upsert returned no row", alias=self.alias)
-            row = rows[0]
-            if row[4] != digest:  # the row as the holder left it
-                return self._record(row)
-            lock_until, locked_at, fencing = row[1], row[2], row[5]
-        else:
-            taken = self._acquire_in_steps(conn, what, config, digest)
-            if isinstance(taken, LockRecord):
-                return taken
-            locked_at, lock_until, fencing = taken
+        carried = self._carried
+        taken = None
+        if carried is not None and carried.worth_trying(name):
+            taken = self._take_carried(conn, what, config, digest, carried)
+        if taken is None:
+            answer = self._acquire_answer(conn, what, config, digest)
+            carried = self._carried  # set up by the first answer on MariaDB
+            if isinstance(answer, LockRecord):
+                if carried is not None:
+                    carried.refused(name)
+                return answer
+            taken = answer
+        if carried is not None:
+            carried.granted(name)
+        locked_at, lock_until, fencing = taken
         record = LockRecord(
             name=name,
             lock_until=self._time(lock_until),
@@ -259,6 +250,83 @@ class DatabaseLockProvider(LockProvider):
             token_fingerprint=digest[:8],
         )
         return self.handle(record, config)
+
+    def _acquire_answer(
+        self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration, digest: str
+    ) -> tuple[Any, Any, Any] | LockRecord:
+        """Acquire in the statement that answers every outcome (a routine's call, the
+        upsert, or ShedLock's steps where neither exists): ``(locked_at, lock_until,
+        fencing_token)`` when granted, else the holder."""
+        rows: list[Any] | None = None
+        name = config.name
+        if self._routines is not None:
+            call = [name, config.lock_at_most_for // _MICRO, self.locked_by, digest]
+            rows = self._call(conn, what, self._routines.acquire, call)
+        if rows is None and self._upsert_returns(conn):
+            values = {
+                "name": [name],
+                "until": self._until(config.lock_at_most_for),
+                "now": self._now(),
+                "locked_by": [self.locked_by],
+                "token": [digest],
+            }
+            params = [value for slot in self._sql.acquire_slots for value in values[slot]]
+            learning = self._carried is not None and self.use_db_time
+            sent = wall_clock_us() if learning else 0
+            rows = self._run(conn, what, self._sql.acquire, params, fetch=True, prepared=True)[1]
+            if learning and rows and rows[0][4] == digest:
+                assert self._carried is not None
+                self._carried.learn(int(rows[0][2]), sent, wall_clock_us())
+        if rows is None:
+            return self._acquire_in_steps(conn, what, config, digest)
+        if not rows:
+            # An upsert always ends with a row; none is a store that misbehaves,
+            # never "held".
+            raise LockProviderError(f"{what}: the upsert returned no row", alias=self.alias)
+        row = rows[0]
+        if row[4] != digest:  # the row as the holder left it
+            return self._record(row)
+        return row[2], row[1], row[5]
+
+    def _take_carried(
+        self,
+        conn: BaseDatabaseWrapper,
+        what: str,
+        config: LockConfiguration,
+        digest: str,
+        carried: CarriedTakes,
+    ) -> tuple[int, int, int] | None:
+        """Take ``config.name`` if it exists and is free, with the grant carried in the
+        reply (see ``carried``): ``(locked_at, lock_until, fencing_token)`` in epoch
+        microseconds, or ``None`` when nothing was taken (a held or new name: the
+        caller's upsert decides and names the holder)."""
+        until, now = self._until(config.lock_at_most_for), self._now()
+        values = {
+            "until": until,
+            "now": now,
+            "locked_by": [self.locked_by],
+            "token": [digest],
+            "name": [config.name],
+        }
+        params = [value for slot in self._sql.take_slots for value in values[slot]]
+        assert self._sql.take_carried is not None
+        sent = wall_clock_us()
+        count, rows = self._run(conn, what, self._sql.take_carried, params, carried=True, prepared=True)
+        if count != 1:
+            return None
+        reply = int(rows[0][0] or 0)
+        if not self.use_db_time:
+            return now[0], until[0], reply  # the caller's times; the reply is the token
+        taken = carried.decode(reply, sent, config.lock_at_most_for // _MICRO)
+        if taken is not None:
+            return taken.locked_at_us, taken.lock_until_us, taken.fencing_token
+        # Nothing usable carried (a fencing token too large for the reply): read it.
+        read = self._run(conn, what, self._sql.read_back, [config.name, digest], fetch=True)[1]
+        if not read:
+            raise LockProviderError(f"{what}: the row written could not be read back", alias=self.alias)
+        locked_at, lock_until, fencing = read[0]
+        carried.learn(int(locked_at), sent, wall_clock_us())
+        return int(locked_at), int(lock_until), int(fencing)
 
     def _call(self, conn: BaseDatabaseWrapper, what: str, sql: str, params: list[Any]) -> list[Any] | None:
         """Call a routine of migration 0007; its rows, or ``None`` when the routine is
@@ -289,6 +357,8 @@ class DatabaseLockProvider(LockProvider):
             server: Any = conn
             able = bool(server.mysql_is_mariadb and server.mysql_version >= (10, 5))
             self._upsert_returning = able
+            if able and self._dialect.carries_take:
+                self._carried = CarriedTakes(self.use_db_time)
         return able
 
     def _acquire_in_steps(

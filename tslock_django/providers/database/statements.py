@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .carried import carried_fencing
 from .dialect import Dialect, Upsert
 from .tables import FENCE_TABLE, TABLE
 
@@ -23,6 +24,9 @@ class Statements:
     take_slots: tuple[str, ...]
     #: ``take``, returning ``taken`` where the server can.
     acquire_update: str
+    #: ``take``, its grant carried in the reply's ``LAST_INSERT_ID`` (see ``carried``),
+    #: where the dialect can; parameters as ``take``'s.
+    take_carried: str | None
     acquire_insert: str
     read_back: str
     read: str
@@ -87,11 +91,18 @@ class Statements:
                 columns=columns,
             )
         )
+
         # Takes the row of a name that exists and is free; a held row stays untouched.
-        take = (
-            f"UPDATE {table} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
-            f"fencing_token = fencing_token + 1 WHERE name = %s AND lock_until <= {now}"
-        )
+        def taking(fencing: str) -> str:
+            return (
+                f"UPDATE {table} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
+                f"fencing_token = {fencing} WHERE name = %s AND lock_until <= {now}"
+            )
+
+        take = taking("fencing_token + 1")
+        take_carried = None
+        if dialect.carries_take:
+            take_carried = taking(carried_fencing("fencing_token", epoch(now) if use_db_time else None))
         insert = f"INSERT INTO {table} ({fields}) {values}"
         if dialect.update_returning:
             insert += " ON CONFLICT (name) DO NOTHING" + returning
@@ -108,6 +119,7 @@ class Statements:
             take=take,
             take_slots=("until", "now", "locked_by", "token", "name", "now"),
             acquire_update=take + returning,
+            take_carried=take_carried,
             # [name, until, now, locked_by, token]
             acquire_insert=insert,
             # [name, token]: where an UPDATE returns nothing

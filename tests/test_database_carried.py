@@ -1,6 +1,7 @@
-"""MariaDB's carried take: a name this process last won is taken by a plain ``UPDATE``
-whose reply carries the grant (``LAST_INSERT_ID``), and what the handle says must be
-exactly what the row holds; every other attempt is the one-statement upsert.
+"""Take first: a name this process last won is taken by a plain ``UPDATE`` (on MariaDB,
+one whose reply carries the grant in ``LAST_INSERT_ID``), and what the handle says
+must be exactly what the row holds; every other attempt is the one-statement upsert.
+On SQLite and MariaDB.
 
 The decoding is tested alone first (no server): the low 32 bits of the database's
 "now" name one instant within 35 minutes either side of the estimate, whatever the
@@ -19,8 +20,9 @@ from django.db import connections
 
 from tests.conftest import database_marks
 from tslock_django import LockConfiguration, MutableClock
-from tslock_django.providers.database import DatabaseLockProvider, carried
-from tslock_django.providers.database.carried import MAX_CARRIED_FENCING, CarriedTakes, Taken
+from tslock_django.providers.database import DatabaseLockProvider, carried, take_first
+from tslock_django.providers.database.carried import MAX_CARRIED_FENCING, ClockOffset, Taken
+from tslock_django.providers.database.take_first import TakeFirst
 from tslock_django.providers.epoch import to_epoch_us
 
 MINUTE_US = 60_000_000
@@ -32,8 +34,8 @@ def pack(fencing: int, now_us: int) -> int:
 
 
 class TestDecoding:
-    def learned(self, offset_us: int) -> CarriedTakes:
-        takes = CarriedTakes(use_db_time=True)
+    def learned(self, offset_us: int) -> ClockOffset:
+        takes = ClockOffset()
         local = carried.wall_clock_us()
         takes.learn(local + offset_us, local, local)
         return takes
@@ -64,7 +66,7 @@ class TestDecoding:
                 assert takes.decode(pack(3, db_now), sent, 0) == Taken(db_now, db_now, 3)
 
     def test_nothing_carried_or_nothing_learned_means_read_it(self) -> None:
-        takes = CarriedTakes(use_db_time=True)
+        takes = ClockOffset()
         sent = carried.wall_clock_us()
         assert takes.decode(pack(5, sent), sent, 0) is None, "no offset learned yet"
         takes = self.learned(0)
@@ -72,28 +74,27 @@ class TestDecoding:
 
     def test_a_stale_offset_or_a_stepped_clock_is_not_trusted(self, monkeypatch: pytest.MonkeyPatch) -> None:
         takes = self.learned(0)
-        takes.granted("job")
-        assert takes.worth_trying("job")
+        assert takes.trusted
         wall = carried.wall_clock_us()
         takes._offset = (0, wall - 3_601_000_000, time.monotonic() - 3601)
-        assert not takes.worth_trying("job"), "an hour-old offset is dropped"
+        assert not takes.trusted, "an hour-old offset is dropped"
         takes = self.learned(0)
-        takes.granted("job")
-        wall = carried.wall_clock_us
-        monkeypatch.setattr(carried, "wall_clock_us", lambda: wall() + 5_000_000)
-        assert not takes.worth_trying("job"), "the caller's clock stepped 5 s: the offset changed"
+        stepped = carried.wall_clock_us
+        monkeypatch.setattr(carried, "wall_clock_us", lambda: stepped() + 5_000_000)
+        assert not takes.trusted, "the caller's clock stepped 5 s: the offset changed"
 
-    def test_only_names_last_won_here_are_tried_and_the_memory_is_bounded(self) -> None:
-        takes = CarriedTakes(use_db_time=False)
-        assert not takes.worth_trying("a")
-        takes.granted("a")
-        assert takes.worth_trying("a")
-        takes.refused("a")
-        assert not takes.worth_trying("a")
-        for i in range(carried._REMEMBERED + 10):
-            takes.granted(f"n{i}")
-        assert not takes.worth_trying("n0"), "the oldest names are forgotten first"
-        assert takes.worth_trying(f"n{carried._REMEMBERED + 9}")
+
+def test_only_names_last_won_here_are_tried_first_and_the_memory_is_bounded() -> None:
+    first = TakeFirst()
+    assert "a" not in first
+    first.granted("a")
+    assert "a" in first
+    first.refused("a")
+    assert "a" not in first
+    for i in range(take_first.REMEMBERED + 10):
+        first.granted(f"n{i}")
+    assert "n0" not in first, "the oldest names are forgotten first"
+    assert f"n{take_first.REMEMBERED + 9}" in first
 
 
 @contextmanager
@@ -108,9 +109,8 @@ def counting(using: str) -> Iterator[list[str]]:
         yield sent
 
 
-class TestMariaDB:
-    using = "mariadb"
-    pytestmark = database_marks("mariadb", "MariaDB at 127.0.0.1:3306")
+class TakeFirstCases:
+    using = "default"
 
     @pytest.fixture(params=[True, False], ids=["db-clock", "caller-clock"])
     def provider(self, request: pytest.FixtureRequest) -> Iterator[DatabaseLockProvider]:
@@ -136,7 +136,7 @@ class TestMariaDB:
         with counting(self.using) as sent:
             held = provider.lock(LockConfiguration("carried/again", "90s", "10s"))
         assert held is not None
-        assert len(sent) == 1 and sent[0].startswith("UPDATE") and "LAST_INSERT_ID" in sent[0], sent
+        assert len(sent) == 1 and sent[0].startswith("UPDATE"), sent
         row = self.row(provider, "carried/again")
         assert (held.record.locked_at, held.record.lock_until, held.fencing_token) == (
             row.locked_at,
@@ -167,6 +167,23 @@ class TestMariaDB:
             assert provider.lock(LockConfiguration("carried/lost", "1m")) is None
         assert len(sent) == 1 and sent[0].startswith("INSERT"), "refused here last: the upsert alone"
         assert theirs.unlock() is True
+
+
+@pytest.mark.django_db(transaction=True)
+class TestSQLite(TakeFirstCases):
+    using = "default"
+
+
+class TestMariaDB(TakeFirstCases):
+    using = "mariadb"
+    pytestmark = database_marks("mariadb", "MariaDB at 127.0.0.1:3306")
+
+    def test_the_taking_update_carries_its_grant_in_the_reply(self, provider: DatabaseLockProvider) -> None:
+        self.won(provider, "carried/reply")
+        with counting(self.using) as sent:
+            held = provider.lock(LockConfiguration("carried/reply", "1m"))
+        assert held is not None and len(sent) == 1 and "LAST_INSERT_ID" in sent[0], sent
+        assert held.unlock() is True
 
     def test_a_fencing_token_too_large_to_carry_is_read_back_exactly(
         self, provider: DatabaseLockProvider

@@ -49,6 +49,8 @@ def without_returning(provider: DatabaseLockProvider) -> DatabaseLockProvider:
     provider._sql = _Statements.build(dialect, provider.use_db_time)
     provider._upsert_returning = False
     provider._routines = None
+    provider._take_first = None  # it needs rows from both statements
+    provider._clock_offset = None
     return provider
 
 

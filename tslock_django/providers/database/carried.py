@@ -17,17 +17,11 @@ number back in the statement's own reply (the OK packet's insert id, the cursor'
   statement, so it follows exactly. A fencing token past 2^31 - 1 does not fit: the
   reply then carries 0 and the provider reads the row back.
 
-The ``UPDATE`` only takes a row that exists and is free. A new name or a held one
-matches nothing, and then the upsert must run after it: two statements. So the
-provider tries it only where it is likely to win: for a name whose last attempt in this
-process was granted (a job that runs on one node, or the node that keeps winning);
-every other attempt, a name's first included, is the upsert alone, one statement
-whether granted or refused, as before.
+When it is tried, and what happens when it takes nothing, is ``take_first``'s.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 
@@ -42,8 +36,6 @@ _OFFSET_TRUSTED_FOR = 3600.0
 #: How far the caller's wall clock may move against its monotonic clock before the
 #: learned offset is dropped (a step of the caller's clock changes the offset).
 _STEP_TOLERATED_US = 1_000_000
-#: Names remembered as last granted here (a bounded memory; the oldest go first).
-_REMEMBERED = 1024
 
 
 def carried_fencing(fencing: str, now_us: str | None) -> str:
@@ -72,36 +64,17 @@ class Taken:
     fencing_token: int
 
 
-class CarriedTakes:
-    """What one provider knows to use the carried ``UPDATE``: which names it last won,
-    and, with the database's clock, the offset from the caller's clock to it."""
+class ClockOffset:
+    """The offset from the caller's wall clock to the database's, learned from full
+    answers, and the decoding of carried grants with it."""
 
-    def __init__(self, use_db_time: bool) -> None:
-        self.use_db_time = use_db_time
-        self._won: dict[str, None] = {}
-        self._mutex = threading.Lock()
+    def __init__(self) -> None:
         # (offset in µs, wall µs and monotonic s when learned); None: not known.
         self._offset: tuple[int, int, float] | None = None
 
-    # -- when to try it ---------------------------------------------------------------
-
-    def worth_trying(self, name: str) -> bool:
-        """Whether to try the ``UPDATE`` first for ``name``: it was last granted here,
-        and (with the database's clock) the offset is trusted."""
-        return name in self._won and (not self.use_db_time or self._trusted_offset() is not None)
-
-    def granted(self, name: str) -> None:
-        with self._mutex:
-            self._won.pop(name, None)
-            self._won[name] = None
-            if len(self._won) > _REMEMBERED:
-                del self._won[next(iter(self._won))]
-
-    def refused(self, name: str) -> None:
-        with self._mutex:
-            self._won.pop(name, None)
-
-    # -- the database's clock ---------------------------------------------------------
+    @property
+    def trusted(self) -> bool:
+        return self._trusted_offset() is not None
 
     def learn(self, db_now_us: int, sent_us: int, received_us: int) -> None:
         """Learn the offset from a full answer: the database's "now" of a statement

@@ -80,6 +80,8 @@ def run(
             conn.validate_no_broken_transaction()
             with conn.wrap_database_errors:
                 cursor.execute(sql, params)
+                rows = cursor.fetchall() if fetch else [(cursor.lastrowid,)] if carried else []
+                return cursor.rowcount, rows
         with conn.wrap_database_errors:
             rows = cursor.fetchall() if fetch else [(cursor.lastrowid,)] if carried else []
             return cursor.rowcount, rows

@@ -62,7 +62,11 @@ class Dialect:
     #: Whether extend hands its new deadline back in the statement's own reply (the
     #: cursor's ``lastrowid``) rather than by ``RETURNING``.
     extend_carries_deadline = False
-    #: Whether a taking ``UPDATE`` can carry its grant in its reply (see ``carried``).
+    #: Whether to try a plain ``UPDATE`` before the upsert for names last won here
+    #: (see ``take_first``), where the server returns rows from both.
+    takes_first = False
+    #: Whether the taking ``UPDATE`` carries its grant in its reply instead of
+    #: returning a row (see ``carried``).
     carries_take = False
     #: How the upsert names its table, so the conflict clause can tell the row that
     #: exists (``current``) from the one proposed (``proposed``).

@@ -15,8 +15,9 @@ class MySQL(Dialect):
     # MariaDB 10.5 and later return rows from an INSERT, an upsert too; MySQL never does.
     upsert_returning = None
     extend_carries_deadline = True
-    # LAST_INSERT_ID(expr) in the reply; used where upserts return rows (MariaDB 10.5+).
-    carries_take = True
+    # An UPDATE returns no rows here: LAST_INSERT_ID(expr) carries its grant in the
+    # reply. Tried first where upserts return rows, MariaDB 10.5+ (the fallback).
+    takes_first = carries_take = True
     upsert_alias = ""
     on_conflict_update = "ON DUPLICATE KEY UPDATE"
     share_lock = " LOCK IN SHARE MODE"  # MariaDB has no FOR SHARE

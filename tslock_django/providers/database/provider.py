@@ -27,13 +27,14 @@ from ...exceptions import LockProviderError
 from ..epoch import from_epoch_us, to_epoch_us
 from ..options import DATABASE, check_database_vendor
 from . import cursors, tables
-from .carried import CarriedTakes, wall_clock_us
+from .carried import ClockOffset, wall_clock_us
 from .listing import PageStatements, unmatchable
 from .prepared import prepares, preparing, statement_gone
 from .retention import Retention
 from .routines import DIALECTS
 from .statements import Statements
 from .tables import TABLE
+from .take_first import TakeFirst
 
 logger = logging.getLogger("tslock_django")
 
@@ -87,9 +88,14 @@ class DatabaseLockProvider(LockProvider):
         self._routines = self._dialect.routines if self.use_db_time else None
         # Whether acquire is the one upsert (see _upsert_returns; None: not known yet).
         self._upsert_returning = self._dialect.upsert_returning
-        # Grants carried in a plain UPDATE's reply (MariaDB; see carried). Set up once
-        # the server is known to return upserts' rows, the fallback it needs.
-        self._carried: CarriedTakes | None = None
+        # The names to try a plain UPDATE for before the upsert (see take_first), where
+        # the server returns rows from both: SQLite 3.35+ here, MariaDB 10.5+ once its
+        # version is known (_upsert_returns). On MariaDB with the database's clock, the
+        # offset that decodes the UPDATE's carried "now" (see carried).
+        self._take_first: TakeFirst | None = None
+        self._clock_offset: ClockOffset | None = None
+        if self._dialect.takes_first and self._upsert_returning and self._dialect.update_returning:
+            self._take_first = TakeFirst()
         # The SQL of "now" in reads; its parameter (if any) comes from _now().
         now_sql = self._dialect.now() if self.use_db_time else self._dialect.instant()
         self._pages = PageStatements(self._dialect, now_sql, self._sql.columns)
@@ -223,20 +229,20 @@ class DatabaseLockProvider(LockProvider):
         # is then no key to this holding, and hex digests compare exactly on every
         # database (MariaDB's default collation would fold the case of raw tokens).
         digest = token_digest(token)
-        carried = self._carried
+        first = self._take_first
         taken = None
-        if carried is not None and carried.worth_trying(name):
-            taken = self._take_carried(conn, what, config, digest, carried)
+        if first is not None and name in first and self._may_take():
+            taken = self._take(conn, what, config, digest)
         if taken is None:
             answer = self._acquire_answer(conn, what, config, digest)
-            carried = self._carried  # set up by the first answer on MariaDB
+            first = self._take_first  # set up by the first answer on MariaDB
             if isinstance(answer, LockRecord):
-                if carried is not None:
-                    carried.refused(name)
+                if first is not None:
+                    first.refused(name)
                 return answer
             taken = answer
-        if carried is not None:
-            carried.granted(name)
+        if first is not None:
+            first.granted(name)
         locked_at, lock_until, fencing = taken
         record = LockRecord(
             name=name,
@@ -271,12 +277,11 @@ class DatabaseLockProvider(LockProvider):
                 "token": [digest],
             }
             params = [value for slot in self._sql.acquire_slots for value in values[slot]]
-            learning = self._carried is not None and self.use_db_time
-            sent = wall_clock_us() if learning else 0
+            offset = self._clock_offset
+            sent = wall_clock_us() if offset is not None else 0
             rows = self._run(conn, what, self._sql.acquire, params, fetch=True, prepared=True)[1]
-            if learning and rows and rows[0][4] == digest:
-                assert self._carried is not None
-                self._carried.learn(int(rows[0][2]), sent, wall_clock_us())
+            if offset is not None and rows and rows[0][4] == digest:
+                offset.learn(int(rows[0][2]), sent, wall_clock_us())
         if rows is None:
             return self._acquire_in_steps(conn, what, config, digest)
         if not rows:
@@ -288,18 +293,18 @@ class DatabaseLockProvider(LockProvider):
             return self._record(row)
         return row[2], row[1], row[5]
 
-    def _take_carried(
-        self,
-        conn: BaseDatabaseWrapper,
-        what: str,
-        config: LockConfiguration,
-        digest: str,
-        carried: CarriedTakes,
-    ) -> tuple[int, int, int] | None:
-        """Take ``config.name`` if it exists and is free, with the grant carried in the
-        reply (see ``carried``): ``(locked_at, lock_until, fencing_token)`` in epoch
-        microseconds, or ``None`` when nothing was taken (a held or new name: the
-        caller's upsert decides and names the holder)."""
+    def _may_take(self) -> bool:
+        """Whether a taking UPDATE can tell its grant: always where it returns rows;
+        on MariaDB with the database's clock, while the clock offset is trusted."""
+        return self._clock_offset is None or self._clock_offset.trusted
+
+    def _take(
+        self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration, digest: str
+    ) -> tuple[Any, Any, Any] | None:
+        """Take ``config.name`` if it exists and is free (see ``take_first``):
+        ``(locked_at, lock_until, fencing_token)`` in epoch microseconds, or ``None``
+        when nothing was taken (a held or new name: the upsert then decides and names
+        the holder)."""
         until, now = self._until(config.lock_at_most_for), self._now()
         values = {
             "until": until,
@@ -309,15 +314,18 @@ class DatabaseLockProvider(LockProvider):
             "name": [config.name],
         }
         params = [value for slot in self._sql.take_slots for value in values[slot]]
-        assert self._sql.take_carried is not None
+        if self._sql.take_carried is None:
+            rows = self._run(conn, what, self._sql.acquire_update, params, fetch=True, prepared=True)[1]
+            return tuple(rows[0]) if rows else None
         sent = wall_clock_us()
         count, rows = self._run(conn, what, self._sql.take_carried, params, carried=True, prepared=True)
         if count != 1:
             return None
         reply = int(rows[0][0] or 0)
-        if not self.use_db_time:
+        offset = self._clock_offset
+        if offset is None:
             return now[0], until[0], reply  # the caller's times; the reply is the token
-        taken = carried.decode(reply, sent, config.lock_at_most_for // _MICRO)
+        taken = offset.decode(reply, sent, config.lock_at_most_for // _MICRO)
         if taken is not None:
             return taken.locked_at_us, taken.lock_until_us, taken.fencing_token
         # Nothing usable carried (a fencing token too large for the reply): read it.
@@ -325,8 +333,8 @@ class DatabaseLockProvider(LockProvider):
         if not read:
             raise LockProviderError(f"{what}: the row written could not be read back", alias=self.alias)
         locked_at, lock_until, fencing = read[0]
-        carried.learn(int(locked_at), sent, wall_clock_us())
-        return int(locked_at), int(lock_until), int(fencing)
+        offset.learn(int(locked_at), sent, wall_clock_us())
+        return locked_at, lock_until, fencing
 
     def _call(self, conn: BaseDatabaseWrapper, what: str, sql: str, params: list[Any]) -> list[Any] | None:
         """Call a routine of migration 0007; its rows, or ``None`` when the routine is
@@ -357,8 +365,9 @@ class DatabaseLockProvider(LockProvider):
             server: Any = conn
             able = bool(server.mysql_is_mariadb and server.mysql_version >= (10, 5))
             self._upsert_returning = able
-            if able and self._dialect.carries_take:
-                self._carried = CarriedTakes(self.use_db_time)
+            if able and self._dialect.takes_first:
+                self._take_first = TakeFirst()
+                self._clock_offset = ClockOffset() if self.use_db_time else None
         return able
 
     def _acquire_in_steps(

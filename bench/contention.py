@@ -10,7 +10,7 @@ tries lock-then-unlock in a loop for ``SECONDS``; the cell reports the acquisiti
 Contenders, each process with its own connection in autocommit mode:
 
 - ``tslock``: ``DatabaseLockProvider.lock()`` then ``SimpleLock.unlock()``; a refusal
-  is one statement;
+  is one statement (two when this process won the name last: take first);
 - ``django-db-mutex``: ``with db_mutex(...)``: its expired-lock sweep, an ``INSERT`` in
   a transaction (a refusal is its unique violation, rolled back), and when granted an
   existence check and a ``DELETE``. On MariaDB these deadlock under contention; such

@@ -435,6 +435,10 @@ class DatabaseLockProvider(LockProvider):
             if rows is not None:
                 return bool(rows[0][0])
         now = self._now()
+        if not held.lock_at_least_for:
+            # Nothing to keep: the deadline is "now", a shorter statement to run.
+            params = [*now, held.name, digest, *now]
+            return self._run(conn, what, self._sql.release, params, prepared=True)[0] == 1
         params = [at_least, *now, held.name, digest, *now]
         return self._run(conn, what, self._sql.unlock, params, prepared=True)[0] == 1
 

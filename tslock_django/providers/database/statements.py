@@ -32,6 +32,9 @@ class Statements:
     read: str
     unlock: str
     unlock_slots: tuple[str, ...]
+    #: ``unlock`` for a holding without ``lock_at_least_for`` (the default): its
+    #: deadline is "now" itself. Parameters [now, name, token, now].
+    release: str
     extend: str
     extend_read_back: str
     force_unlock: str
@@ -129,6 +132,10 @@ class Statements:
             unlock_slots=("at_least", "now", "name", "token", "now"),
             unlock=(
                 f"UPDATE {table} SET lock_until = {dialect.later(instant, now)}, token = '' "
+                f"WHERE name = %s AND token = %s AND lock_until > {now}"
+            ),
+            release=(
+                f"UPDATE {table} SET lock_until = {now}, token = '' "
                 f"WHERE name = %s AND token = %s AND lock_until > {now}"
             ),
             # [until, name, token, now]

@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 # What ruff reads: the Python sources (not the Markdown, whose examples are excerpts).
 PY_SOURCES := $(wildcard tslock_django tests testproject bench tools docs manage.py)
 
-.PHONY: demo test docs lint typecheck unit venv npm wrangler browser bench clean matrix matrix-newest check-install
+.PHONY: demo test docs lint typecheck unit venv npm wrangler browser mysqlclient bench clean matrix matrix-newest check-install
 
 $(STAMP): pyproject.toml
 	@echo "make: installing tslock-django and its test tools into $(VENV) (about a minute, first run only)"
@@ -44,6 +44,16 @@ browser:
 	  echo "installing Debian's chromium for the browser test"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# mysqlclient for the MariaDB tests and benchmarks, built against Debian's MariaDB client
+# headers (installed here when missing, as the browser is).
+mysqlclient: venv
+	@$(PY) -c "import MySQLdb" 2>/dev/null || { \
+	  pkg-config --exists libmariadb 2>/dev/null || { \
+	    echo "installing Debian's MariaDB client headers for mysqlclient"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmariadb-dev pkg-config >/dev/null; }; \
+	  echo "make: building mysqlclient into $(VENV)"; \
+	  $(PY) -m pip install --quiet --group mysqlclient; }
+
 lint: venv
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
@@ -56,7 +66,7 @@ typecheck: venv
 # processes halve it on CI's two cores. Tests that must not overlap one another share an
 # xdist_group mark, which --dist loadgroup keeps in one process.
 PYTEST_JOBS ?= 2
-unit: venv npm wrangler browser
+unit: venv npm wrangler browser mysqlclient
 	$(PY) manage.py makemigrations --check --dry-run --settings=tests.settings
 	$(VENV)/bin/pytest -n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder --cov --cov-report=term $(PYTEST_ARGS)
 
@@ -91,7 +101,7 @@ check-install: venv
 demo: venv
 	PROVIDER=$(PROVIDER) $(PY) testproject/run_demo.py
 
-bench: venv npm
+bench: venv npm mysqlclient
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:

@@ -56,7 +56,12 @@ def server_version(connection: Any) -> str:
     query = "SELECT sqlite_version()" if connection.vendor == "sqlite" else "SELECT version()"
     with connection.cursor() as cursor:
         cursor.execute(query)
-        return str(cursor.fetchone()[0]).split(" on ")[0]
+        version = str(cursor.fetchone()[0]).split(" on ")[0]
+    if connection.vendor == "mysql":
+        # PyMySQL installed as MySQLdb keeps its own module name.
+        driver = "PyMySQL" if connection.Database.__name__ == "pymysql" else "mysqlclient"
+        version += f", {driver}"
+    return version
 
 
 def build(connection: Any) -> dict[str, Any]:

@@ -38,9 +38,12 @@ if SERVER == "postgres":
         }
     }
 elif SERVER == "mariadb":
-    import pymysql
+    try:
+        import MySQLdb  # noqa: F401  (mysqlclient, the driver Django recommends; make bench builds it)
+    except ImportError:
+        import pymysql
 
-    pymysql.install_as_MySQLdb()
+        pymysql.install_as_MySQLdb()
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.mysql",

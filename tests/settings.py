@@ -49,9 +49,12 @@ if CI or reachable("127.0.0.1", 5432):
         "TEST": {"NAME": f"test_{RUN}", "DEPENDENCIES": []},
     }
 if CI or reachable("127.0.0.1", 3306):
-    import pymysql
+    try:
+        import MySQLdb  # noqa: F401  (mysqlclient, the driver Django recommends, where it built)
+    except ImportError:
+        import pymysql
 
-    pymysql.install_as_MySQLdb()
+        pymysql.install_as_MySQLdb()
     DATABASES["mariadb"] = {
         "ENGINE": "django.db.backends.mysql",
         "NAME": "test",

@@ -61,10 +61,13 @@ TEMPLATES = [
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'demo.sqlite3'}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
-    # PyMySQL stands in for mysqlclient, which needs C headers this project does not require.
-    import pymysql
+    try:
+        import MySQLdb  # noqa: F401  (mysqlclient, the driver Django recommends; make mysqlclient)
+    except ImportError:
+        # PyMySQL stands in where mysqlclient has not been built (it needs C headers).
+        import pymysql
 
-    pymysql.install_as_MySQLdb()
+        pymysql.install_as_MySQLdb()
 
 TSLOCK_PROVIDERS = {"default": env.lock_provider_url("TSLOCK_URL", default="db://default")}
 if env.str("TSLOCK_EDGE_URL", default=""):

@@ -306,14 +306,7 @@ class DatabaseLockProvider(LockProvider):
         when nothing was taken (a held or new name: the upsert then decides and names
         the holder)."""
         until, now = self._until(config.lock_at_most_for), self._now()
-        values = {
-            "until": until,
-            "now": now,
-            "locked_by": [self.locked_by],
-            "token": [digest],
-            "name": [config.name],
-        }
-        params = [value for slot in self._sql.take_slots for value in values[slot]]
+        params = [*until, *now, self.locked_by, digest, config.name, *now]  # Statements.take_slots
         if self._sql.take_carried is None:
             rows = self._run(conn, what, self._sql.acquire_update, params, fetch=True, prepared=True)[1]
             return tuple(rows[0]) if rows else None

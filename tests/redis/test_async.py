@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import gc
+import re
 import warnings
 from collections.abc import Coroutine
 from typing import Any

@@ -90,14 +90,21 @@ class GuardedRun:
         methods, the journal's writes through ``sync_to_async`` (they are ORM writes)."""
         from . import providers
 
-        await self._journaling(self._begin)
+        # Without the journal its steps touch no database and run at once: no coroutine
+        # is made for them (this path is as short as the sync one where it can be).
+        journal = self.journal
+        if journal:
+            await self._journaling(self._begin)
         try:
             provider = providers.get(self.using)
             held, acquired = await atake(provider, self.config, keep_alive=self.keep_alive, wait=self.wait)
         except (LockHeld, LockProviderError, InvalidLockProvider) as err:
-            await self._journaling(self._not_taken, err)
+            if journal:
+                await self._journaling(self._not_taken, err)
             raise
-        return await self._journaling(self._took, held, acquired)
+        if journal:
+            return await self._journaling(self._took, held, acquired)
+        return self._took(held, acquired)
 
     def call(self, job: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``job(*args, **kwargs)`` as the run's job (after :meth:`enter`), then
@@ -132,7 +139,8 @@ class GuardedRun:
         if held is None:
             return
         try:
-            await self._journaling(self._ended, exc, None, held.lost.is_set())
+            if self.journal:
+                await self._journaling(self._ended, exc, None, held.lost.is_set())
         finally:
             self.held = None
             try:
@@ -179,10 +187,8 @@ class GuardedRun:
             self._span = None
 
     async def _journaling(self, step: Callable[..., T], *args: Any) -> T:
-        """Run a journal step from asyncio code: on Django's thread for the ORM when
-        the journal is on, else at once (it then touches no database)."""
-        if not self.journal:
-            return step(*args)
+        """Run a journal step from asyncio code, on Django's thread for the ORM (only
+        when the journal is on: otherwise the steps run at once, see :meth:`aenter`)."""
         return await sync_to_async(step, thread_sensitive=True)(*args)
 
 

@@ -51,7 +51,13 @@ async def atake(
     existing = already_held(provider, config, keep_alive)
     if existing is not None:
         return existing, False
-    attempt, sent = await aacquire(provider, config, wait=wait)
+    if not wait:
+        # One attempt (the polls of ``aacquire`` would stop after it): awaited from
+        # here, a coroutine less to make and to resume while the store answers.
+        sent = time.monotonic()
+        attempt = await provider.aattempt(config)
+    else:
+        attempt, sent = await aacquire(provider, config, wait=wait)
     return hold(attempt, config, sent, keep_alive="task" if keep_alive else False), True
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -111,23 +109,17 @@ class SimpleLock:
         If the awaiting task is cancelled, the handle stays usable (the release may or
         may not have reached the store; releasing again is harmless)."""
         self._spend("unlock")
-        with self._unspent_unless_answered():
-            released = await self.provider._aunlock(self)
-        return self._unlocked(released)
-
-    @contextmanager
-    def _unspent_unless_answered(self) -> Iterator[None]:
-        """Give the handle back its use when the store did not answer: it still owns the
-        lock, so the caller may retry (Workers KV answers 429 to a second write within a
-        second; a cancelled task may release again)."""
         try:
-            yield
+            released = await self.provider._aunlock(self)
         except (LockProviderError, asyncio.CancelledError):
             self._unspend()
             raise
+        return self._unlocked(released)
 
     def _unspend(self) -> None:
-        """Give the handle back its use (see ``_unspent_unless_answered``)."""
+        """Give the handle back its use when the store did not answer: it still owns the
+        lock, so the caller may retry (Workers KV answers 429 to a second write within a
+        second; a cancelled task may release again)."""
         with self._mutex:
             self._spent = None
 

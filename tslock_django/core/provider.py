@@ -21,7 +21,7 @@ import os
 import secrets
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
@@ -81,17 +81,59 @@ def check_fencing_token(name: str, token: int) -> None:
         )
 
 
-#: The token :meth:`LockProvider.aattempt` chose for the acquire this task is sending.
-_chosen_token: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "tslock_chosen_token", default=None
+class UndoableAcquire:
+    """An async acquire of a provider that ``undoes_by_token``, while it is on its way
+    and while it is undone: the token it holds, and the store's channel it went out on
+    when it was cut short, kept for the undo alone.
+
+    An edge whose wait for the acquire's answer is cancelled keeps that channel (say, a
+    connection that still owes the answer) with :meth:`keep` instead of giving it to
+    the next caller, and takes it back with :meth:`take` for the undo, so the undo
+    follows the acquire on it and nothing else comes between.
+    """
+
+    __slots__ = ("_give_back", "channel", "token")
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.channel: Any = None
+        self._give_back: Callable[[Any], None] | None = None
+
+    def keep(self, channel: Any, give_back: Callable[[Any], None]) -> None:
+        """Keep ``channel`` for the undo; ``give_back(channel)`` returns it to its edge
+        if the undo never takes it."""
+        self.channel, self._give_back = channel, give_back
+
+    def take(self) -> Any:
+        """The channel kept for the undo (``None`` if none was), now the caller's."""
+        channel, self.channel = self.channel, None
+        return channel
+
+    def settle(self) -> None:
+        """Return a channel the undo did not take to its edge."""
+        channel = self.take()
+        if channel is not None and self._give_back is not None:
+            self._give_back(channel)
+
+
+#: The acquire :meth:`LockProvider.aattempt` is sending, or undoing, in this task.
+_undoable: contextvars.ContextVar[UndoableAcquire | None] = contextvars.ContextVar(
+    "tslock_undoable_acquire", default=None
 )
+
+
+def undoable_acquire() -> UndoableAcquire | None:
+    """The undoable acquire this task is sending or undoing (for a provider's async
+    edge, see :class:`UndoableAcquire`), else ``None``."""
+    return _undoable.get()
 
 
 def new_token() -> str:
     """The token of a new holding: the one the async acquire in progress chose (so
     that it can be undone if cancelled, see ``LockProvider.undoes_by_token``), else a
     fresh random one."""
-    return _chosen_token.get() or secrets.token_hex(16)
+    acquire = _undoable.get()
+    return secrets.token_hex(16) if acquire is None else acquire.token
 
 
 def default_locked_by() -> str:
@@ -207,27 +249,30 @@ class LockProvider(ABC):
         self._attempt_begins(config)
         if not self.undoes_by_token:
             return await self._attempt_to_the_end(config)
-        token = secrets.token_hex(16)
-        chosen = _chosen_token.set(token)
+        acquire = UndoableAcquire(secrets.token_hex(16))
+        chosen = _undoable.set(acquire)
         try:
             outcome = await self._aacquire(config)
         except asyncio.CancelledError:
             # The request may have reached the store, granted or not: release that
             # holding if there is one, before the cancellation goes on.
-            await finish(self._undo_attempt(config, token))
+            await finish(self._undo_attempt(config, acquire))
             raise
         except Exception as err:
             self._attempt_failed(config, err)
             raise
         finally:
-            _chosen_token.reset(chosen)
+            _undoable.reset(chosen)
         return self._attempt_ends(config, outcome)
 
-    async def _undo_attempt(self, config: LockConfiguration, token: str) -> None:
-        """Release the holding of ``token`` if the store granted it. An attempt that
-        was cancelled never ran its job, so ``lock_at_least_for`` does not apply."""
+    async def _undo_attempt(self, config: LockConfiguration, acquire: UndoableAcquire) -> None:
+        """Release the holding of ``acquire``'s token if the store granted it, on the
+        channel the acquire went out on when the edge kept it. An attempt that was
+        cancelled never ran its job, so ``lock_at_least_for`` does not apply."""
+        # This runs in a task of its own (see finish): the variable is set in its context only.
+        _undoable.set(acquire)
         try:
-            await self._aforce_unlock(config.name, token)
+            await self._aforce_unlock(config.name, acquire.token)
         except LockProviderError as err:
             logger.error(
                 "acquiring lock %r was cancelled, and releasing what the store may have granted "
@@ -236,6 +281,8 @@ class LockProvider(ABC):
                 config.lock_at_most_for,
                 err,
             )
+        finally:
+            acquire.settle()
 
     async def _attempt_to_the_end(self, config: LockConfiguration) -> Attempt:
         acquiring = asyncio.ensure_future(self._aacquire(config))

@@ -21,7 +21,7 @@ h11's protocol code, at the size of a lock protocol::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -100,14 +100,17 @@ class SteppedPrimitives:
     def _force_unlock(self, name: str, expected: int | str | None) -> bool:
         return drive(self._force_unlock_steps(name, expected), self._send)
 
-    async def _aacquire(self, config: LockConfiguration) -> SimpleLock | LockRecord | None:
-        return await adrive(self._acquire_steps(config), self._asend)
+    # The async primitives return adrive's coroutine itself (awaited by the caller as
+    # an ``async def`` would be): a frame less to make, and to pass each answer through.
 
-    async def _aunlock(self, held: SimpleLock) -> bool:
-        return await adrive(self._unlock_steps(held), self._asend)
+    def _aacquire(self, config: LockConfiguration) -> Coroutine[Any, Any, SimpleLock | LockRecord | None]:
+        return adrive(self._acquire_steps(config), self._asend)
 
-    async def _aextend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
-        return await adrive(self._extend_steps(held, config), self._asend)
+    def _aunlock(self, held: SimpleLock) -> Coroutine[Any, Any, bool]:
+        return adrive(self._unlock_steps(held), self._asend)
 
-    async def _aforce_unlock(self, name: str, expected: int | str | None) -> bool:
-        return await adrive(self._force_unlock_steps(name, expected), self._asend)
+    def _aextend(self, held: SimpleLock, config: LockConfiguration) -> Coroutine[Any, Any, SimpleLock | None]:
+        return adrive(self._extend_steps(held, config), self._asend)
+
+    def _aforce_unlock(self, name: str, expected: int | str | None) -> Coroutine[Any, Any, bool]:
+        return adrive(self._force_unlock_steps(name, expected), self._asend)

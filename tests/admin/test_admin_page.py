@@ -30,11 +30,18 @@ NOW = datetime.now(timezone.utc)
 
 
 def record(
-    name: str, *, until: timedelta = timedelta(minutes=5), since: timedelta = timedelta(minutes=1), **kw: Any
+    name: str,
+    *,
+    until: timedelta = timedelta(minutes=5),
+    since: timedelta = timedelta(minutes=1),
+    now: datetime = NOW,
+    **kw: Any,
 ) -> LockRecord:
+    """A record ``until`` after ``now`` (by default the module's import time), locked
+    ``since`` before it."""
     defaults: dict[str, Any] = {"locked_by": "web-1:42", "fencing_token": 7, "token_fingerprint": "ab12cd34"}
     defaults.update(kw)
-    return LockRecord(name=name, lock_until=NOW + until, locked_at=NOW - since, **defaults)
+    return LockRecord(name=name, lock_until=now + until, locked_at=now - since, **defaults)
 
 
 def static(*records: LockRecord, advisory: bool = False) -> dict[str, Any]:
@@ -91,7 +98,14 @@ def test_columns_show_times_in_the_admin_time_zone_and_the_progress_bar(
                 locked_by="x",
                 fencing_token=3,
             ),
-            record("overdue", until=-timedelta(seconds=30), since=timedelta(minutes=5)),
+            # Overdue by 30 s now, not at the module's import: under two test processes this
+            # test can run minutes after that.
+            record(
+                "overdue",
+                until=-timedelta(seconds=30),
+                since=timedelta(minutes=5),
+                now=datetime.now(timezone.utc),
+            ),
         )
     }
 

@@ -26,19 +26,19 @@ from tslock_django.core.records import LockRecord, UnreadableRecord
 
 pytestmark = pytest.mark.django_db
 
-NOW = datetime.now(timezone.utc)
-
 
 def record(
     name: str,
     *,
     until: timedelta = timedelta(minutes=5),
     since: timedelta = timedelta(minutes=1),
-    now: datetime = NOW,
+    now: datetime | None = None,
     **kw: Any,
 ) -> LockRecord:
-    """A record ``until`` after ``now`` (by default the module's import time), locked
-    ``since`` before it."""
+    """A record ``until`` after ``now`` (by default the time of the call: under two test
+    processes a module's tests can run minutes after its import), locked ``since``
+    before it."""
+    now = now or datetime.now(timezone.utc)
     defaults: dict[str, Any] = {"locked_by": "web-1:42", "fencing_token": 7, "token_fingerprint": "ab12cd34"}
     defaults.update(kw)
     return LockRecord(name=name, lock_until=now + until, locked_at=now - since, **defaults)
@@ -98,14 +98,7 @@ def test_columns_show_times_in_the_admin_time_zone_and_the_progress_bar(
                 locked_by="x",
                 fencing_token=3,
             ),
-            # Overdue by 30 s now, not at the module's import: under two test processes this
-            # test can run minutes after that.
-            record(
-                "overdue",
-                until=-timedelta(seconds=30),
-                since=timedelta(minutes=5),
-                now=datetime.now(timezone.utc),
-            ),
+            record("overdue", until=-timedelta(seconds=30), since=timedelta(minutes=5)),
         )
     }
 

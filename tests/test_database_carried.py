@@ -21,7 +21,7 @@ from django.db import connections
 from tests.conftest import database_marks
 from tslock_django import LockConfiguration, MutableClock
 from tslock_django.providers.database import DatabaseLockProvider, carried, take_first
-from tslock_django.providers.database.carried import MAX_CARRIED_FENCING, ClockOffset, Taken
+from tslock_django.providers.database.carried import MAX_CARRIED_FENCING, ClockOffset
 from tslock_django.providers.database.take_first import TakeFirst
 from tslock_django.providers.epoch import to_epoch_us
 
@@ -52,7 +52,7 @@ class TestDecoding:
         sent = carried.wall_clock_us()
         db_now = sent + offset + error_us + 123
         taken = takes.decode(pack(77, db_now), sent, 5 * MINUTE_US)
-        assert taken == Taken(db_now, db_now + 5 * MINUTE_US, 77)
+        assert taken == (db_now, db_now + 5 * MINUTE_US, 77)
 
     @pytest.mark.parametrize("low", [0, 1, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF])
     def test_instants_on_the_edges_of_the_low_bits_decode(self, low: int) -> None:
@@ -63,7 +63,7 @@ class TestDecoding:
         base = sent & ~0xFFFFFFFF
         for db_now in (base + low, base + low + (1 << 32), base + low - (1 << 32)):
             if abs(db_now - sent) < (1 << 31) - 1_000_000:
-                assert takes.decode(pack(3, db_now), sent, 0) == Taken(db_now, db_now, 3)
+                assert takes.decode(pack(3, db_now), sent, 0) == (db_now, db_now, 3)
 
     def test_nothing_carried_or_nothing_learned_means_read_it(self) -> None:
         takes = ClockOffset()

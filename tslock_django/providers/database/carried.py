@@ -23,7 +23,6 @@ When it is tried, and what happens when it takes nothing, is ``take_first``'s.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 #: Low bits of "now" carried with the database's clock, and the fencing token's bits.
 _TIME_BITS = 32
@@ -55,13 +54,9 @@ def carried_fencing(fencing: str, now_us: str | None) -> str:
     return f"{fencing} + 1 + 0 * LAST_INSERT_ID({packed})"
 
 
-@dataclass(frozen=True)
-class Taken:
-    """A grant as the reply carried it, in epoch microseconds."""
-
-    locked_at_us: int
-    lock_until_us: int
-    fencing_token: int
+#: A grant as the reply carried it: (locked_at, lock_until, fencing token), the times
+#: in epoch microseconds. A plain tuple: no class to build when the module is imported.
+Taken = tuple[int, int, int]
 
 
 class ClockOffset:
@@ -108,7 +103,7 @@ class ClockOffset:
         if delta >= _WINDOW // 2:
             delta -= _WINDOW
         locked_at = estimate + delta
-        return Taken(locked_at, locked_at + at_most_us, carried >> _TIME_BITS)
+        return locked_at, locked_at + at_most_us, carried >> _TIME_BITS
 
 
 def wall_clock_us() -> int:

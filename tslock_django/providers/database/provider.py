@@ -320,7 +320,7 @@ class DatabaseLockProvider(LockProvider):
             return now[0], until[0], reply  # the caller's times; the reply is the token
         taken = offset.decode(reply, sent, config.lock_at_most_for // _MICRO)
         if taken is not None:
-            return taken.locked_at_us, taken.lock_until_us, taken.fencing_token
+            return taken
         # Nothing usable carried (a fencing token too large for the reply): read it.
         read = self._run(conn, what, self._sql.read_back, [config.name, digest], fetch=True)[1]
         if not read:

@@ -25,6 +25,28 @@ CLIENT_TIMEOUT = 0.5
 AT_MOST = 2.0
 
 
+#: How long past its expected expiry a lock may still look held: the proxy and the local
+#: Worker run on the same two busy cores as the suite, so the moment the Worker granted a
+#: forwarded request can trail the client's clock by a second or more.
+SLACK = 3.0
+
+
+def acquired_after_expiry(
+    provider: DurableObjectLockProvider, config: LockConfiguration, expires: float
+) -> bool:
+    """Whether ``provider`` acquires ``config`` (and releases it) once the monotonic time
+    ``expires`` has passed, trying until ``SLACK`` seconds after it."""
+    time.sleep(max(0.0, expires - time.monotonic()))
+    while True:
+        held = provider.lock(config)
+        if held is not None:
+            assert held.unlock()
+            return True
+        if time.monotonic() > expires + SLACK:
+            return False
+        time.sleep(0.1)
+
+
 def through(proxy: FaultProxy, worker: LocalWorker, prefix: str) -> DurableObjectLockProvider:
     return DurableObjectLockProvider(
         "edge", url=proxy.url, token=worker.token, key_prefix=prefix, timeout=CLIENT_TIMEOUT
@@ -53,10 +75,12 @@ def test_acquire_fault_is_a_provider_error_and_the_lock_frees_by_lock_at_most_fo
         # The Worker granted the lock to a token the client never learnt: it is held...
         assert clean.lock(config) is None, f"{fault}: the forwarded acquire did not take the lock"
         # ...but only until lock_at_most_for has passed.
-        time.sleep(max(0.0, started + AT_MOST + 0.2 - time.monotonic()))
-    held = clean.lock(config)
-    assert held is not None, f"{fault}: the lock was still held after lock_at_most_for"
-    assert held.unlock()
+        assert acquired_after_expiry(clean, config, started + AT_MOST), (
+            f"{fault}: the lock was still held {SLACK} s after lock_at_most_for"
+        )
+    else:  # the Worker never saw the request: nothing is held
+        held = clean.lock(config)
+        assert held is not None and held.unlock(), f"{fault}: a request that never arrived left a lock"
     assert faulty.lock(config) is not None, "the provider works again once the fault is gone"
     faulty.close()
     clean.close()
@@ -75,8 +99,9 @@ def test_unlock_fault_is_a_provider_error_and_the_lock_still_expires(
     with pytest.raises(LockProviderError):
         held.unlock()
     proxy.mode = "pass"
-    time.sleep(AT_MOST + 0.2)
-    assert clean.lock(config) is not None, f"{fault}: the lock outlived lock_at_most_for"
+    assert acquired_after_expiry(clean, config, time.monotonic() + AT_MOST), (
+        f"{fault}: the lock outlived lock_at_most_for by more than {SLACK} s"
+    )
     faulty.close()
     clean.close()
 

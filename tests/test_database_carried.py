@@ -11,14 +11,14 @@ offset between the two clocks, and an offset that can no longer be trusted is no
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.db import connections
 
 from tests.conftest import database_marks
+from tests.test_database_routines import statements
 from tslock_django import LockConfiguration, MutableClock
 from tslock_django.providers.database import DatabaseLockProvider, carried, take_first
 from tslock_django.providers.database.carried import MAX_CARRIED_FENCING, ClockOffset
@@ -97,18 +97,6 @@ def test_only_names_last_won_here_are_tried_first_and_the_memory_is_bounded() ->
     assert f"n{take_first.REMEMBERED + 9}" in first
 
 
-@contextmanager
-def counting(using: str) -> Iterator[list[str]]:
-    sent: list[str] = []
-
-    def count(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-        sent.append(sql)
-        return execute(sql, params, many, context)
-
-    with connections[using].execute_wrapper(count):
-        yield sent
-
-
 class TakeFirstCases:
     using = "default"
 
@@ -133,7 +121,7 @@ class TakeFirstCases:
         self, provider: DatabaseLockProvider
     ) -> None:
         self.won(provider, "carried/again")
-        with counting(self.using) as sent:
+        with statements(self.using) as sent:
             held = provider.lock(LockConfiguration("carried/again", "90s", "10s"))
         assert held is not None
         assert len(sent) == 1 and sent[0].startswith("UPDATE"), sent
@@ -157,13 +145,13 @@ class TakeFirstCases:
         other.clock, other.locked_by = provider.clock, "elsewhere:1"
         theirs = other.lock(LockConfiguration("carried/lost", "1m"))
         assert theirs is not None
-        with counting(self.using) as sent:
+        with statements(self.using) as sent:
             attempt = provider.attempt(LockConfiguration("carried/lost", "1m"))
         assert attempt.held is None
         assert len(sent) == 2, "the carried UPDATE took nothing; the upsert then named the holder"
         assert attempt.holder is not None and attempt.holder.locked_by == "elsewhere:1"
         assert attempt.holder.fencing_token == theirs.fencing_token
-        with counting(self.using) as sent:
+        with statements(self.using) as sent:
             assert provider.lock(LockConfiguration("carried/lost", "1m")) is None
         assert len(sent) == 1 and sent[0].startswith("INSERT"), "refused here last: the upsert alone"
         assert theirs.unlock() is True
@@ -180,7 +168,7 @@ class TestMariaDB(TakeFirstCases):
 
     def test_the_taking_update_carries_its_grant_in_the_reply(self, provider: DatabaseLockProvider) -> None:
         self.won(provider, "carried/reply")
-        with counting(self.using) as sent:
+        with statements(self.using) as sent:
             held = provider.lock(LockConfiguration("carried/reply", "1m"))
         assert held is not None and len(sent) == 1 and "LAST_INSERT_ID" in sent[0], sent
         assert held.unlock() is True
@@ -194,7 +182,7 @@ class TestMariaDB(TakeFirstCases):
                 "UPDATE tslock_lock SET fencing_token = %s WHERE name = %s",
                 [MAX_CARRIED_FENCING + 5, "carried/large"],
             )
-        with counting(self.using) as sent:
+        with statements(self.using) as sent:
             held = provider.lock(LockConfiguration("carried/large", "1m"))
         assert held is not None and held.fencing_token == MAX_CARRIED_FENCING + 6
         row = self.row(provider, "carried/large")
@@ -216,7 +204,7 @@ class TestMariaDB(TakeFirstCases):
 
         monkeypatch.setattr(module, "wall_clock_us", carried.wall_clock_us)
         self.won(provider, "carried/skew")
-        with counting(self.using) as sent:
+        with statements(self.using) as sent:
             held = provider.lock(LockConfiguration("carried/skew", "1m"))
         assert held is not None and len(sent) == 1 and "LAST_INSERT_ID" in sent[0]
         row = self.row(provider, "carried/skew")

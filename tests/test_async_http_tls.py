@@ -1,5 +1,5 @@
 """The async HTTP edge over TLS: its connections are asyncio streams (see
-``http_async._StreamBackend``), upgraded with ``StreamWriter.start_tls``; a certificate
+``http_streams.StreamTransport``), opened with the client's TLS context; a certificate
 the client trusts is used on one kept-alive connection, one it does not is a store
 failure, never "held"."""
 
@@ -10,7 +10,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,6 @@ from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 
 pytestmark = [
     pytest.mark.filterwarnings("error::ResourceWarning"),
-    pytest.mark.skipif(sys.version_info < (3, 11), reason="the asyncio streams edge needs Python 3.11"),
 ]
 
 ANSWER = b'{"released": true}'
@@ -127,8 +125,8 @@ def test_requests_over_tls_share_one_kept_alive_connection(
     async def main() -> list[bool]:
         try:
             released = [await provider.aforce_unlock("job", expected=None) for _ in range(3)]
-            (client,) = provider._async_pool()._clients
-            assert type(client._transport._pool._network_backend).__name__ == "_StreamBackend"
+            client = await provider._async_pool().get()
+            assert type(client._transport).__name__ == "StreamTransport"
             return released
         finally:
             await provider.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -662,6 +663,39 @@ def test_the_proxy_from_the_environment_is_used(
     bypassing = DurableObjectLockProvider("edge", url="http://locks.invalid", token=SECRET, timeout=2)
     try:
         assert_provider_error(lambda: bypassing.force_unlock("x", expected=None), says="could not reach")
+    finally:
+        bypassing.close()
+    assert len(asked) == 1
+
+
+def test_the_async_edge_uses_the_proxy_from_the_environment_and_its_own_transport_past_it(
+    canned_proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The asyncio edge's own transport (http_streams) serves direct connections only: a
+    # proxy named in the environment is still used, through httpx's transports.
+    proxy, asked = canned_proxy
+    for key in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("http_proxy", proxy)
+
+    async def force_unlock(provider: DurableObjectLockProvider) -> bool:
+        try:
+            return await provider.aforce_unlock("x", expected=None)
+        finally:
+            await provider.aclose()
+
+    provider = DurableObjectLockProvider("edge", url="http://locks.invalid", token=SECRET)
+    try:
+        assert asyncio.run(force_unlock(provider)) is False
+    finally:
+        provider.close()
+    assert asked == ["http://locks.invalid/v1/force-release"]
+
+    monkeypatch.setenv("no_proxy", "locks.invalid")
+    bypassing = DurableObjectLockProvider("edge", url="http://locks.invalid", token=SECRET, timeout=2)
+    try:
+        with pytest.raises(LockProviderError, match="could not reach"):
+            asyncio.run(force_unlock(bypassing))
     finally:
         bypassing.close()
     assert len(asked) == 1

@@ -1,0 +1,206 @@
+"""The asyncio edge's own HTTP/1.1 transport (``providers/http_streams.py``), against real
+TCP servers on 127.0.0.1 writing raw HTTP: connections are kept alive and reused while
+they can serve a request, never after they failed, were cut short or cancelled, and a
+failure is a store failure, never "held"."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.test_bounded_answers import Server, do_provider, keep_alive_answer, serve
+from tslock_django.exceptions import LockProviderError
+from tslock_django.providers import http_streams
+from tslock_django.providers.http_streams import StreamTransport
+
+pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
+
+RELEASED = json.dumps({"released": True}).encode()
+
+
+def released(conn: socket.socket, server: Server) -> None:
+    keep_alive_answer(200, {"released": True})(conn, server)
+
+
+def force_unlocks(url: str, times: int, *, pause: float = 0.0) -> list[bool]:
+    """``aforce_unlock`` ``times`` times in a row on one provider and one loop."""
+    provider = do_provider(url)
+
+    async def main() -> list[bool]:
+        done = []
+        try:
+            for _ in range(times):
+                done.append(await provider.aforce_unlock("job", expected=None))
+                await asyncio.sleep(pause)
+        finally:
+            await provider.aclose()
+        return done
+
+    try:
+        return asyncio.run(main())
+    finally:
+        provider.close()
+
+
+def test_one_caller_sends_every_request_on_one_connection() -> None:
+    with serve(released) as server:
+        assert force_unlocks(server.url, 5) == [True] * 5
+    assert (server.requests, server.connections) == (5, 1)
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_not_used() -> None:
+    def answer_then_close(conn: socket.socket, server: Server) -> None:
+        released(conn, server)
+        conn.shutdown(socket.SHUT_RDWR)
+
+    with serve(answer_then_close) as server:
+        # The pause lets the server's close arrive before the next request is sent.
+        assert force_unlocks(server.url, 3, pause=0.2) == [True] * 3
+    assert (server.requests, server.connections) == (3, 3)
+
+
+def test_an_answer_that_asks_to_close_is_not_kept() -> None:
+    def closing(conn: socket.socket, server: Server) -> None:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(RELEASED)}\r\n\r\n".encode()
+            + RELEASED
+        )  # and the connection stays open: the client must not send on it again
+
+    with serve(closing) as server:
+        assert force_unlocks(server.url, 3) == [True] * 3
+    assert (server.requests, server.connections) == (3, 3)
+
+
+def test_a_connection_idle_past_the_keep_alive_expiry_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_streams, "KEEPALIVE_EXPIRY", 0.1)
+    with serve(released) as server:
+        assert force_unlocks(server.url, 3, pause=0.3) == [True] * 3
+    assert (server.requests, server.connections) == (3, 3)
+
+
+def test_a_chunked_answer_is_read_to_its_end_and_its_connection_kept() -> None:
+    def chunked(conn: socket.socket, server: Server) -> None:
+        half = len(RELEASED) // 2
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n" % half
+            + RELEASED[:half]
+            + b"\r\n%x\r\n" % (len(RELEASED) - half)
+            + RELEASED[half:]
+            + b"\r\n0\r\n\r\n"
+        )
+
+    with serve(chunked) as server:
+        assert force_unlocks(server.url, 3) == [True] * 3
+    assert (server.requests, server.connections) == (3, 1)
+
+
+def test_no_more_connections_than_the_bound_are_open_and_the_rest_wait() -> None:
+    def slow(conn: socket.socket, server: Server) -> None:
+        time.sleep(0.1)
+        released(conn, server)
+
+    async def burst(url: str) -> list[int]:
+        transport = StreamTransport(max_connections=3)
+        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+            answers = await asyncio.gather(*(client.post("/v1/force-release", json={}) for _ in range(9)))
+        return [answer.status_code for answer in answers]
+
+    with serve(slow) as server:
+        assert asyncio.run(burst(server.url)) == [200] * 9
+    assert (server.requests, server.connections) == (9, 3)
+
+
+def test_a_cancelled_request_closes_its_connection_and_the_next_request_opens_another() -> None:
+    def slow(conn: socket.socket, server: Server) -> None:
+        time.sleep(0.5)
+        released(conn, server)
+
+    provider = do_provider("http://127.0.0.1:1")  # replaced below, once the server runs
+
+    async def main() -> bool:
+        try:
+            waiting = asyncio.ensure_future(provider.aforce_unlock("job", expected=None))
+            await asyncio.sleep(0.2)  # the request is out, its answer not yet in
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            return await provider.aforce_unlock("job", expected=None)
+        finally:
+            await provider.aclose()
+
+    with serve(slow) as server:
+        provider = do_provider(server.url)
+        try:
+            assert asyncio.run(main()) is True
+        finally:
+            provider.close()
+    # The cancelled request's answer would have come on its connection: never read as
+    # the second request's answer, because that connection was closed.
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(b"", id="closed-without-answer"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + RELEASED, id="cut-short"),
+        pytest.param(b"NOT HTTP AT ALL\r\n\r\n", id="not-http"),
+    ],
+)
+def test_a_broken_answer_is_a_store_failure_and_its_connection_is_not_used_again(answer: bytes) -> None:
+    calls = []
+
+    def broken_once(conn: socket.socket, server: Server) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            conn.sendall(answer)
+            conn.shutdown(socket.SHUT_RDWR)
+        else:
+            released(conn, server)
+
+    provider = do_provider("http://127.0.0.1:1")
+
+    async def main() -> bool:
+        try:
+            with pytest.raises(LockProviderError) as caught:
+                await provider.aforce_unlock("job", expected=None)
+            message = str(caught.value)
+            assert "could not reach the store (RemoteProtocolError" in message, message
+            assert "held" not in message
+            return await provider.aforce_unlock("job", expected=None)
+        finally:
+            await provider.aclose()
+
+    with serve(broken_once) as server:
+        provider = do_provider(server.url)
+        try:
+            assert asyncio.run(main()) is True
+        finally:
+            provider.close()
+    assert (server.requests, server.connections) == (2, 2)
+
+
+def test_nothing_listening_is_a_connect_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free once closed: nothing listens there
+    provider = do_provider(f"http://127.0.0.1:{port}")
+
+    async def main() -> None:
+        try:
+            with pytest.raises(LockProviderError, match=r"could not reach the store \(ConnectError"):
+                await provider.aforce_unlock("job", expected=None)
+        finally:
+            await provider.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        provider.close()

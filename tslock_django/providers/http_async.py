@@ -124,7 +124,7 @@ class AsyncPooledClient:
                     async with asyncio.timeout(self.timeout):
                         return await exchange
                 return await asyncio.wait_for(exchange, self.timeout)  # pragma: no cover - 3.10
-            except TimeoutError:
+            except (TimeoutError, asyncio.TimeoutError):  # two classes before Python 3.11
                 raise httpx.TimeoutException("the request's deadline has passed") from None
 
     def send_request(self, request: Request) -> Coroutine[Any, Any, httpx.Response]:

@@ -51,6 +51,8 @@ class Server:
     sent: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     stop: threading.Event = field(default_factory=threading.Event)
+    #: Counts are kept by one thread per connection: += is not atomic across them.
+    counting: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _read_head(conn: socket.socket, pending: bytes) -> tuple[bytes, bytes] | None:
@@ -95,7 +97,8 @@ def serve(answer: Callable[[socket.socket, Server], None]) -> Iterator[Server]:
                     if request is None:
                         return
                     pending = request[1]
-                    server.requests += 1
+                    with server.counting:
+                        server.requests += 1
                     answer(conn, server)
         except OSError:
             pass  # the client closed the connection: that is what the tests provoke
@@ -418,10 +421,11 @@ def test_the_async_edge_keeps_one_caller_to_one_connection_and_reuses_a_bursts_c
 
     burst = 12
 
-    async def main(provider: DurableObjectLockProvider) -> None:
+    async def main(provider: DurableObjectLockProvider, server: Server) -> None:
         try:
             for _ in range(3):
                 assert await provider.aforce_unlock("job", expected=None) is True
+            assert (server.requests, server.connections) == (3, 1)
             for _ in range(2):  # the second burst finds the first one's connections idle
                 done = await asyncio.gather(
                     *(provider.aforce_unlock(f"job{i}", expected=None) for i in range(burst))
@@ -433,7 +437,7 @@ def test_the_async_edge_keeps_one_caller_to_one_connection_and_reuses_a_bursts_c
     with serve(slow_answer) as server:
         provider = do_provider(server.url)
         try:
-            asyncio.run(main(provider))
+            asyncio.run(main(provider, server))
         finally:
             provider.close()
     assert (server.requests, server.connections) == (3 + 2 * burst, burst)

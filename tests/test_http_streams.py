@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
 
 import httpx
@@ -27,8 +28,11 @@ def released(conn: socket.socket, server: Server) -> None:
     keep_alive_answer(200, {"released": True})(conn, server)
 
 
-def force_unlocks(url: str, times: int, *, pause: float = 0.0) -> list[bool]:
-    """``aforce_unlock`` ``times`` times in a row on one provider and one loop."""
+def force_unlocks(
+    url: str, times: int, *, pause: float = 0.0, until: threading.Event | None = None
+) -> list[bool]:
+    """``aforce_unlock`` ``times`` times in a row on one provider and one loop, pausing
+    ``pause`` seconds after each (after ``until`` is set, if given, and cleared again)."""
     provider = do_provider(url)
 
     async def main() -> list[bool]:
@@ -36,6 +40,9 @@ def force_unlocks(url: str, times: int, *, pause: float = 0.0) -> list[bool]:
         try:
             for _ in range(times):
                 done.append(await provider.aforce_unlock("job", expected=None))
+                if until is not None:
+                    assert await asyncio.to_thread(until.wait, 10)
+                    until.clear()
                 await asyncio.sleep(pause)
         finally:
             await provider.aclose()
@@ -54,13 +61,16 @@ def test_one_caller_sends_every_request_on_one_connection() -> None:
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_not_used() -> None:
+    closed = threading.Event()
+
     def answer_then_close(conn: socket.socket, server: Server) -> None:
         released(conn, server)
         conn.shutdown(socket.SHUT_RDWR)
+        closed.set()
 
     with serve(answer_then_close) as server:
-        # The pause lets the server's close arrive before the next request is sent.
-        assert force_unlocks(server.url, 3, pause=0.2) == [True] * 3
+        # After the server's close, a moment for the loop to read the end of the stream.
+        assert force_unlocks(server.url, 3, pause=0.05, until=closed) == [True] * 3
     assert (server.requests, server.connections) == (3, 3)
 
 
@@ -118,8 +128,12 @@ def test_no_more_connections_than_the_bound_are_open_and_the_rest_wait() -> None
 
 
 def test_a_cancelled_request_closes_its_connection_and_the_next_request_opens_another() -> None:
-    def slow(conn: socket.socket, server: Server) -> None:
-        time.sleep(0.5)
+    arrived, answer_now = threading.Event(), threading.Event()
+
+    def held_back(conn: socket.socket, server: Server) -> None:
+        if not arrived.is_set():
+            arrived.set()
+            answer_now.wait(10)  # the first answer comes only once its request was cancelled
         released(conn, server)
 
     provider = do_provider("http://127.0.0.1:1")  # replaced below, once the server runs
@@ -127,15 +141,16 @@ def test_a_cancelled_request_closes_its_connection_and_the_next_request_opens_an
     async def main() -> bool:
         try:
             waiting = asyncio.ensure_future(provider.aforce_unlock("job", expected=None))
-            await asyncio.sleep(0.2)  # the request is out, its answer not yet in
+            assert await asyncio.to_thread(arrived.wait, 10)  # the request is out, unanswered
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
+            answer_now.set()
             return await provider.aforce_unlock("job", expected=None)
         finally:
             await provider.aclose()
 
-    with serve(slow) as server:
+    with serve(held_back) as server:
         provider = do_provider(server.url)
         try:
             assert asyncio.run(main()) is True
@@ -204,3 +219,62 @@ def test_nothing_listening_is_a_connect_error() -> None:
         asyncio.run(main())
     finally:
         provider.close()
+
+
+def test_bytes_past_an_answers_end_are_never_read_as_the_next_answer() -> None:
+    def no_content_with_a_body(conn: socket.socket, server: Server) -> None:
+        if server.requests == 1:
+            # A 204 has no body by definition: what follows it is not part of it.
+            conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfake")
+        else:
+            released(conn, server)
+
+    async def two(url: str) -> list[bytes]:
+        async with httpx.AsyncClient(base_url=url, transport=StreamTransport()) as client:
+            return [(await client.post("/v1/force-release", json={})).content for _ in range(2)]
+
+    with serve(no_content_with_a_body) as server:
+        assert asyncio.run(two(server.url)) == [b"", RELEASED]
+    assert server.connections == 2
+
+
+def test_connections_a_burst_left_idle_are_closed_once_expired(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_streams, "KEEPALIVE_EXPIRY", 0.5)
+
+    def slow(conn: socket.socket, server: Server) -> None:
+        time.sleep(0.1)
+        released(conn, server)
+
+    async def burst_then_one_at_a_time(url: str) -> list[int]:
+        transport = StreamTransport()
+
+        def idle() -> int:
+            return sum(len(kept) for kept in transport._idle.values())
+
+        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
+            await asyncio.gather(*(client.post("/v1/force-release", json={}) for _ in range(3)))
+            after_burst = idle()
+            # One caller at a time keeps reusing the last connection given back, so the
+            # burst's other two are never taken again: they must still be closed.
+            started = time.monotonic()
+            while time.monotonic() - started < 1.2:
+                await client.post("/v1/force-release", json={})
+            return [after_burst, idle()]
+
+    with serve(slow) as server:
+        assert asyncio.run(burst_then_one_at_a_time(server.url)) == [3, 1]
+
+
+def test_a_switch_of_protocols_ends_the_exchange_instead_of_waiting_forever() -> None:
+    def switching(conn: socket.socket, server: Server) -> None:
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: other\r\nConnection: upgrade\r\n\r\n")
+
+    async def upgrade(url: str) -> None:
+        async with httpx.AsyncClient(base_url=url, transport=StreamTransport()) as client:
+            with pytest.raises(httpx.RemoteProtocolError, match="no answer"):
+                await asyncio.wait_for(
+                    client.get("/", headers={"Upgrade": "other", "Connection": "upgrade"}), 10
+                )
+
+    with serve(switching) as server:
+        asyncio.run(upgrade(server.url))

@@ -678,27 +678,32 @@ def test_the_async_edge_uses_the_proxy_from_the_environment_and_its_own_transpor
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("http_proxy", proxy)
 
-    async def force_unlock(provider: DurableObjectLockProvider) -> bool:
+    from tests.test_bounded_answers import keep_alive_answer, serve
+
+    async def force_unlock(provider: DurableObjectLockProvider) -> tuple[bool, str]:
         try:
-            return await provider.aforce_unlock("x", expected=None)
+            released = await provider.aforce_unlock("x", expected=None)
+            client = await provider._async_pool().get()
+            through = client._transport_for_url(httpx.URL(provider._pool._settings["base_url"]))
+            return released, type(through).__name__
         finally:
             await provider.aclose()
 
     provider = DurableObjectLockProvider("edge", url="http://locks.invalid", token=SECRET)
     try:
-        assert asyncio.run(force_unlock(provider)) is False
+        assert asyncio.run(force_unlock(provider)) == (False, "AsyncHTTPTransport")
     finally:
         provider.close()
     assert asked == ["http://locks.invalid/v1/force-release"]
 
-    monkeypatch.setenv("no_proxy", "locks.invalid")
-    bypassing = DurableObjectLockProvider("edge", url="http://locks.invalid", token=SECRET, timeout=2)
-    try:
-        with pytest.raises(LockProviderError, match="could not reach"):
-            asyncio.run(force_unlock(bypassing))
-    finally:
-        bypassing.close()
-    assert len(asked) == 1
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    with serve(keep_alive_answer(200, {"released": True})) as direct:
+        bypassing = DurableObjectLockProvider("edge", url=direct.url, token=SECRET)
+        try:
+            assert asyncio.run(force_unlock(bypassing)) == (True, "StreamTransport")
+        finally:
+            bypassing.close()
+    assert (direct.requests, len(asked)) == (1, 1)
 
 
 # -- review fixes: out-of-range times, a client closed under a request, no URL echo ---------

@@ -83,7 +83,8 @@ class AsyncPooledClient:
             follow_redirects=False,
         )
         if self._transport is None:
-            await _direct_on_streams(client, self._settings.get("verify", True))
+            _direct_on_streams(client, self._settings.get("verify", True))
+        # Set before the next await, so that concurrent first calls share the client.
         self._loop, self._client = loop, client
         self._watcher = await on_loop_shutdown(client.aclose)
         return client
@@ -170,7 +171,7 @@ class AsyncPooledClient:
         return response
 
 
-async def _direct_on_streams(client: httpx.AsyncClient, verify: Any) -> None:
+def _direct_on_streams(client: httpx.AsyncClient, verify: Any) -> None:
     """Have ``client`` send what goes to the store directly through a
     :class:`~tslock_django.providers.http_streams.StreamTransport`.
 
@@ -181,8 +182,8 @@ async def _direct_on_streams(client: httpx.AsyncClient, verify: Any) -> None:
     httpx keep it elsewhere, the client is left as httpx built it: slower, not wrong."""
     default = getattr(client, "_transport", None)
     if isinstance(default, httpx.AsyncHTTPTransport):
+        # The default transport never opened a connection: there is nothing to close.
         client._transport = StreamTransport(verify=verify, max_connections=MAX_CONNECTIONS)
-        await default.aclose()  # it never opened a connection
 
 
 class _SyncTransport(httpx.AsyncBaseTransport):

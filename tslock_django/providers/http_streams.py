@@ -51,8 +51,9 @@ class StreamTransport(httpx.AsyncBaseTransport):
     Args:
         verify: what ``httpx.AsyncClient`` takes as ``verify`` (``True``, a CA bundle's
             path, or an ``ssl.SSLContext``), for ``https`` origins.
-        max_connections: the most connections open at once; a request beyond them
-            waits for one to be given back.
+        max_connections: the most requests in flight at once, each on a connection of
+            its own (so with one origin, as a provider has, the most connections in
+            use); a request beyond them waits for one to end.
     """
 
     def __init__(self, *, verify: Any = True, max_connections: int = 100) -> None:
@@ -90,6 +91,12 @@ class StreamTransport(httpx.AsyncBaseTransport):
         if not idle:
             return None
         now = asyncio.get_running_loop().time()
+        # The list runs from the longest idle to the last given back. Those idle too long
+        # are closed from its start, so that connections a burst opened do not stay
+        # open, and are not closed by the server under us, while one caller at a time
+        # keeps using the last one.
+        while idle and now - idle[0].idle_since >= KEEPALIVE_EXPIRY:
+            idle.pop(0).abort()
         while idle:
             conn = idle.pop()  # the most recently used: the likeliest to be alive
             if conn.reusable(now):
@@ -119,6 +126,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
             verify = self._verify
             if not isinstance(verify, ssl.SSLContext):
                 verify = httpx.create_ssl_context(verify=verify)
+            verify.set_alpn_protocols(["http/1.1"])  # as httpcore does for HTTP/1.1
             self._context = verify
         return self._context
 
@@ -171,6 +179,10 @@ class _Connection:
             event = await self.next_event()
             if isinstance(event, h11.Response):
                 return event
+            if not isinstance(event, h11.InformationalResponse):
+                # The connection switched protocols (h11 pauses) or was closed: no
+                # HTTP answer will come on it.
+                raise httpx.RemoteProtocolError(f"no answer from the server ({type(event).__name__})")
             # An informational answer (100 Continue): the real one follows.
 
     async def next_event(self) -> Any:
@@ -197,6 +209,10 @@ class _Connection:
         (the server asked to close it, or either side's message did not end cleanly)."""
         protocol = self.h11
         if protocol.our_state is not h11.DONE or protocol.their_state is not h11.DONE:
+            return False
+        if protocol.trailing_data[0]:
+            # Bytes past the answer's end (a body after a HEAD, 204 or 304 answer, or
+            # longer than its length said): they would be read as the next answer.
             return False
         protocol.start_next_cycle()
         return True

@@ -10,6 +10,8 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -17,9 +19,12 @@ import pytest
 from tests.test_bounded_answers import Server, do_provider, keep_alive_answer, serve
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers import http_streams
+from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 from tslock_django.providers.http_streams import StreamTransport
 
 pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
+
+T = TypeVar("T")
 
 RELEASED = json.dumps({"released": True}).encode()
 
@@ -28,30 +33,40 @@ def released(conn: socket.socket, server: Server) -> None:
     keep_alive_answer(200, {"released": True})(conn, server)
 
 
+def on_provider(url: str, main: Callable[[DurableObjectLockProvider], Awaitable[T]]) -> T:
+    """``main(provider)`` on a fresh loop, for a Durable Object provider of ``url``; its
+    async and sync clients are closed afterwards."""
+    provider = do_provider(url)
+
+    async def run() -> T:
+        try:
+            return await main(provider)
+        finally:
+            await provider.aclose()
+
+    try:
+        return asyncio.run(run())
+    finally:
+        provider.close()
+
+
 def force_unlocks(
     url: str, times: int, *, pause: float = 0.0, until: threading.Event | None = None
 ) -> list[bool]:
     """``aforce_unlock`` ``times`` times in a row on one provider and one loop, pausing
     ``pause`` seconds after each (after ``until`` is set, if given, and cleared again)."""
-    provider = do_provider(url)
 
-    async def main() -> list[bool]:
+    async def main(provider: DurableObjectLockProvider) -> list[bool]:
         done = []
-        try:
-            for _ in range(times):
-                done.append(await provider.aforce_unlock("job", expected=None))
-                if until is not None:
-                    assert await asyncio.to_thread(until.wait, 10)
-                    until.clear()
-                await asyncio.sleep(pause)
-        finally:
-            await provider.aclose()
+        for _ in range(times):
+            done.append(await provider.aforce_unlock("job", expected=None))
+            if until is not None:
+                assert await asyncio.to_thread(until.wait, 10)
+                until.clear()
+            await asyncio.sleep(pause)
         return done
 
-    try:
-        return asyncio.run(main())
-    finally:
-        provider.close()
+    return on_provider(url, main)
 
 
 def test_one_caller_sends_every_request_on_one_connection() -> None:
@@ -136,26 +151,17 @@ def test_a_cancelled_request_closes_its_connection_and_the_next_request_opens_an
             answer_now.wait(10)  # the first answer comes only once its request was cancelled
         released(conn, server)
 
-    provider = do_provider("http://127.0.0.1:1")  # replaced below, once the server runs
-
-    async def main() -> bool:
-        try:
-            waiting = asyncio.ensure_future(provider.aforce_unlock("job", expected=None))
-            assert await asyncio.to_thread(arrived.wait, 10)  # the request is out, unanswered
-            waiting.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await waiting
-            answer_now.set()
-            return await provider.aforce_unlock("job", expected=None)
-        finally:
-            await provider.aclose()
+    async def main(provider: DurableObjectLockProvider) -> bool:
+        waiting = asyncio.ensure_future(provider.aforce_unlock("job", expected=None))
+        assert await asyncio.to_thread(arrived.wait, 10)  # the request is out, unanswered
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        answer_now.set()
+        return await provider.aforce_unlock("job", expected=None)
 
     with serve(held_back) as server:
-        provider = do_provider(server.url)
-        try:
-            assert asyncio.run(main()) is True
-        finally:
-            provider.close()
+        assert on_provider(server.url, main) is True
     # The cancelled request's answer would have come on its connection: never read as
     # the second request's answer, because that connection was closed.
     assert server.connections == 2
@@ -180,25 +186,16 @@ def test_a_broken_answer_is_a_store_failure_and_its_connection_is_not_used_again
         else:
             released(conn, server)
 
-    provider = do_provider("http://127.0.0.1:1")
-
-    async def main() -> bool:
-        try:
-            with pytest.raises(LockProviderError) as caught:
-                await provider.aforce_unlock("job", expected=None)
-            message = str(caught.value)
-            assert "could not reach the store (RemoteProtocolError" in message, message
-            assert "held" not in message
-            return await provider.aforce_unlock("job", expected=None)
-        finally:
-            await provider.aclose()
+    async def main(provider: DurableObjectLockProvider) -> bool:
+        with pytest.raises(LockProviderError) as caught:
+            await provider.aforce_unlock("job", expected=None)
+        message = str(caught.value)
+        assert "could not reach the store (RemoteProtocolError" in message, message
+        assert "held" not in message
+        return await provider.aforce_unlock("job", expected=None)
 
     with serve(broken_once) as server:
-        provider = do_provider(server.url)
-        try:
-            assert asyncio.run(main()) is True
-        finally:
-            provider.close()
+        assert on_provider(server.url, main) is True
     assert (server.requests, server.connections) == (2, 2)
 
 
@@ -206,19 +203,12 @@ def test_nothing_listening_is_a_connect_error() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # free once closed: nothing listens there
-    provider = do_provider(f"http://127.0.0.1:{port}")
 
-    async def main() -> None:
-        try:
-            with pytest.raises(LockProviderError, match=r"could not reach the store \(ConnectError"):
-                await provider.aforce_unlock("job", expected=None)
-        finally:
-            await provider.aclose()
+    async def main(provider: DurableObjectLockProvider) -> None:
+        with pytest.raises(LockProviderError, match=r"could not reach the store \(ConnectError"):
+            await provider.aforce_unlock("job", expected=None)
 
-    try:
-        asyncio.run(main())
-    finally:
-        provider.close()
+    on_provider(f"http://127.0.0.1:{port}", main)
 
 
 def test_bytes_past_an_answers_end_are_never_read_as_the_next_answer() -> None:

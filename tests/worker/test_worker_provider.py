@@ -615,9 +615,9 @@ def test_a_url_with_a_path_is_kept_as_the_base() -> None:
 
 
 @pytest.fixture
-def canned_proxy() -> Iterator[tuple[str, list[str]]]:
+def canned_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, list[str]]]:
     """A plain-HTTP proxy stand-in that answers every request itself, recording the
-    absolute URLs it was asked for."""
+    absolute URLs it was asked for; the environment names it as the only proxy."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     asked: list[str] = []
@@ -639,7 +639,11 @@ def canned_proxy() -> Iterator[tuple[str, list[str]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    proxy = f"http://127.0.0.1:{server.server_address[1]}"
+    for key in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("http_proxy", proxy)
+    yield proxy, asked
     server.shutdown()
     server.server_close()
     thread.join()
@@ -648,10 +652,7 @@ def canned_proxy() -> Iterator[tuple[str, list[str]]]:
 def test_the_proxy_from_the_environment_is_used(
     canned_proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    proxy, asked = canned_proxy
-    for key in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("http_proxy", proxy)
+    _, asked = canned_proxy
     provider = DurableObjectLockProvider("edge", url="http://locks.invalid", token=SECRET)
     try:
         assert provider.force_unlock("x", expected=None) is False
@@ -673,10 +674,7 @@ def test_the_async_edge_uses_the_proxy_from_the_environment_and_its_own_transpor
 ) -> None:
     # The asyncio edge's own transport (http_streams) serves direct connections only: a
     # proxy named in the environment is still used, through httpx's transports.
-    proxy, asked = canned_proxy
-    for key in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("http_proxy", proxy)
+    _, asked = canned_proxy
 
     from tests.test_bounded_answers import keep_alive_answer, serve
 

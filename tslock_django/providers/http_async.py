@@ -67,10 +67,11 @@ class AsyncPooledClient:
 
     async def get(self) -> httpx.AsyncClient:
         """The client of the running loop, opened if there is none."""
-        client = self._client
-        if client is None or self._loop is not asyncio.get_running_loop():
-            client = await self._open()
-        return client
+        return self._current() or await self._open()
+
+    def _current(self) -> httpx.AsyncClient | None:
+        # A plain call, so that a request finds its client without a coroutine of its own.
+        return self._client if self._loop is asyncio.get_running_loop() else None
 
     async def _open(self) -> httpx.AsyncClient:
         # A client of another loop cannot be used on this one (that loop's shutdown
@@ -116,9 +117,7 @@ class AsyncPooledClient:
         limit = MAX_BODY_BYTES if max_bytes is None else max_bytes
         deadline = time.monotonic() + self.timeout
         with transport_errors(alias, what, secrets, timeout=self.timeout):
-            client = self._client
-            if client is None or self._loop is not asyncio.get_running_loop():
-                client = await self._open()
+            client = self._current() or await self._open()
             exchange = self._exchange(client, alias, what, method, url, limit, deadline, kwargs)
             try:
                 if sys.version_info >= (3, 11):

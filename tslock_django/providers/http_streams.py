@@ -99,7 +99,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
             idle.pop(0).abort()
         while idle:
             conn = idle.pop()  # the most recently used: the likeliest to be alive
-            if conn.reusable(now):
+            if conn.reusable():
                 return conn
             conn.abort()
         return None
@@ -107,16 +107,11 @@ class StreamTransport(httpx.AsyncBaseTransport):
     async def _connect(self, origin: Origin) -> _Connection:
         scheme, host, port = origin
         hostname = host.decode("ascii")
-        context = None
-        if scheme == b"https":
-            context = self._ssl_context()
+        context = self._ssl_context() if scheme == b"https" else None
         try:
-            if context is None:
-                reader, writer = await asyncio.open_connection(hostname, port)
-            else:
-                reader, writer = await asyncio.open_connection(
-                    hostname, port, ssl=context, server_hostname=hostname
-                )
+            reader, writer = await asyncio.open_connection(
+                hostname, port, ssl=context, server_hostname=hostname if context else None
+            )
         except OSError as err:  # ssl.SSLError included: a certificate not trusted
             raise httpx.ConnectError(str(err) or type(err).__name__) from err
         return _Connection(origin, reader, writer)
@@ -217,13 +212,13 @@ class _Connection:
         protocol.start_next_cycle()
         return True
 
-    def reusable(self, now: float) -> bool:
-        """Still worth a request: not idle too long, not closed by the other side, and
-        with nothing unasked-for waiting to be read."""
+    def reusable(self) -> bool:
+        """Still worth a request (idle for less than the expiry, which the transport
+        checks): not closed by the other side, and with nothing unasked-for waiting to
+        be read."""
         reader = self.reader
         return (
-            now - self.idle_since < KEEPALIVE_EXPIRY
-            and not reader.at_eof()
+            not reader.at_eof()
             and not getattr(reader, "_buffer", b"")
             and not self.writer.transport.is_closing()
         )

@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 # What ruff reads: the Python sources (not the Markdown, whose examples are excerpts).
 PY_SOURCES := $(wildcard tslock_django tests testproject bench tools docs manage.py)
 
-.PHONY: demo test docs lint typecheck unit venv npm wrangler browser mysqlclient bench clean matrix matrix-newest check-install
+.PHONY: demo test docs lint typecheck unit venv npm wrangler system-packages browser mysqlclient bench clean matrix matrix-newest check-install
 
 $(STAMP): pyproject.toml
 	@echo "make: installing tslock-django and its test tools into $(VENV) (about a minute, first run only)"
@@ -37,20 +37,27 @@ $(WRANGLER)/node_modules/.package-lock.json: $(WRANGLER)/package-lock.json
 
 wrangler: $(WRANGLER)/node_modules/.package-lock.json
 
-# Debian's Chromium for the admin's end-to-end test (Playwright drives it; it never
-# downloads a browser of its own).
-browser:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing Debian's chromium for the browser test"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+# System packages, all in one apt-get, before anything runs in parallel: two apt-gets at once
+# fail on dpkg's lock ("Could not get lock /var/lib/dpkg/lock-frontend"). Debian's Chromium for
+# the admin's end-to-end test (Playwright drives it; it never downloads a browser of its own),
+# and the MariaDB client headers that mysqlclient builds against. Nothing is installed when all
+# are present; `make -n test` shows this step before the parallel one.
+SYSTEM_PACKAGES_MISSING = $(strip \
+  $(if $(shell command -v chromium 2>/dev/null),,chromium) \
+  $(if $(shell pkg-config --exists libmariadb 2>/dev/null && echo yes),,libmariadb-dev pkg-config))
+system-packages:
+	@missing="$(SYSTEM_PACKAGES_MISSING)"; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing Debian packages: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+browser: system-packages
 
 # mysqlclient for the MariaDB tests and benchmarks, built against Debian's MariaDB client
-# headers (installed here when missing, as the browser is).
-mysqlclient: venv
+# headers (installed by system-packages).
+mysqlclient: venv system-packages
 	@$(PY) -c "import MySQLdb" 2>/dev/null || { \
-	  pkg-config --exists libmariadb 2>/dev/null || { \
-	    echo "installing Debian's MariaDB client headers for mysqlclient"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmariadb-dev pkg-config >/dev/null; }; \
 	  echo "make: building mysqlclient into $(VENV)"; \
 	  $(PY) -m pip install --quiet --group mysqlclient; }
 
@@ -84,7 +91,7 @@ docs: venv
 # unit and matrix-newest side by side (make -j2): both spend most of their time waiting on
 # servers, Workers runtimes and child processes, and the matrix prints only its table (its
 # pytest output goes to var/matrix/<run>.log), so the two outputs do not interleave.
-test: lint typecheck docs
+test: system-packages lint typecheck docs
 	$(MAKE) --no-print-directory -j2 unit matrix-newest
 
 # The whole matrix (Python 3.10-3.13 x Django 4.2-6.1, plus the oldest dependencies allowed);

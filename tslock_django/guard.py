@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 
 from .core.aexecutor import agive_back, atake
+from .core.aio import finish
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
 from .core.executor import HeldLock, give_back, take
@@ -87,24 +88,55 @@ class GuardedRun:
 
     async def aenter(self) -> HeldLock:
         """:meth:`enter` for asyncio code: the lock through the provider's async
-        methods, the journal's writes through ``sync_to_async`` (they are ORM writes)."""
+        methods, the journal's writes through ``sync_to_async`` (they are ORM writes).
+
+        A cancellation anywhere in here leaves no lock behind. Until the store has
+        answered, the provider's own rule applies (an acquire cut short is undone).
+        Once the lock is ours, the steps that follow (the journal's ``running`` row,
+        keep-alive) run to their end shielded; if the caller was cancelled meanwhile,
+        the run is then undone (:meth:`_undo`): its row reads ``error``, keep-alive
+        stops, the lock is released, and the cancellation goes on.
+        """
         from . import providers
 
-        # Without the journal its steps touch no database and run at once: no coroutine
-        # is made for them (this path is as short as the sync one where it can be).
-        journal = self.journal
-        if journal:
-            await self._journaling(self._begin)
+        # The journal's first step writes nothing (it only prepares the recorder and the
+        # span): done here, it leaves no await for a cancellation to land between.
+        self._begin()
         try:
             provider = providers.get(self.using)
             held, acquired = await atake(provider, self.config, keep_alive=self.keep_alive, wait=self.wait)
         except (LockHeld, LockProviderError, InvalidLockProvider) as err:
-            if journal:
+            if self.journal:
                 await self._journaling(self._not_taken, err)
             raise
-        if journal:
-            return await self._journaling(self._took, held, acquired)
-        return self._took(held, acquired)
+        except BaseException as err:  # cancelled before the store granted anything
+            self._span_not_run(err)
+            raise
+        self._hold(held, acquired)
+        recorder = self._recorder
+        if recorder is not None:
+            # Without the journal nothing is awaited between the grant and the body, so
+            # no cancellation can land in between; with it, the row's write is.
+            try:
+                await finish(self._journaling(recorder.started, held))
+            except BaseException as err:
+                await self._undo(held, acquired, err)
+                raise
+        self._trace_start(held)
+        return held
+
+    async def _undo(self, held: HeldLock, acquired: bool, err: BaseException) -> None:
+        """Give back a lock taken for a run whose body never started (the caller was
+        cancelled on the way in): journal the run as not run, release, end the span."""
+        self.held = None
+        try:
+            if self._recorder is not None:
+                await finish(self._journaling(self._recorder.not_run, err))
+        finally:
+            try:
+                await agive_back(held, acquired)
+            finally:
+                self._span_not_run(err)
 
     def call(self, job: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``job(*args, **kwargs)`` as the run's job (after :meth:`enter`), then
@@ -165,20 +197,33 @@ class GuardedRun:
                 entry.errored(err)
 
     def _took(self, held: HeldLock, acquired: bool) -> HeldLock:
+        self._hold(held, acquired)
+        if self._recorder is not None:
+            self._recorder.started(held)
+        self._trace_start(held)
+        return held
+
+    def _hold(self, held: HeldLock, acquired: bool) -> None:
         self.held, self._acquired = held, acquired
         if not acquired:
             # Re-entrant: the outer run holds the lock, journals and traces the run.
             self._recorder = self._span = None
-        else:
-            if self._recorder is not None:
-                self._recorder.started(held)
-            if self._span is not None:
-                self._span.started(held)
-        return held
+
+    def _trace_start(self, held: HeldLock) -> None:
+        """Open the run's span; it becomes the current span of the caller's context
+        (so called on the caller's thread and task, never in a journal thread)."""
+        if self._span is not None:
+            self._span.started(held)
 
     def _ended(self, exc: BaseException | None, exit_status: int | None, lock_lost: bool) -> None:
         if self._recorder is not None:
             self._recorder.finished(_failure(exc), exit_status=exit_status, lock_lost=lock_lost)
+
+    def _span_not_run(self, err: BaseException) -> None:
+        """Trace a run cancelled before its body started (a span that ends at once)."""
+        if self._span is not None:
+            self._span.errored(err)
+            self._span = None
 
     def _span_ended(self, exc: BaseException | None, exit_status: int | None) -> None:
         """The span ends after the lock is given back, so it covers the release."""
@@ -188,7 +233,7 @@ class GuardedRun:
 
     async def _journaling(self, step: Callable[..., T], *args: Any) -> T:
         """Run a journal step from asyncio code, on Django's thread for the ORM (only
-        when the journal is on: otherwise the steps run at once, see :meth:`aenter`)."""
+        when the journal is on: otherwise the steps write nothing, see :meth:`aenter`)."""
         return await sync_to_async(step, thread_sensitive=True)(*args)
 
 

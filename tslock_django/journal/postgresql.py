@@ -99,6 +99,8 @@ FINISH = {
     ),
     outcomes.FAILED: _FINISH.format(running=outcomes.RUNNING, counted="runs_failed = runs_failed + 1"),
     outcomes.LOST: _FINISH.format(running=outcomes.RUNNING, counted="runs_lost = runs_lost + 1"),
+    # A run whose lock was taken but whose job never started (cancelled on the way in).
+    outcomes.ERROR: _FINISH.format(running=outcomes.RUNNING, counted="runs_error = runs_error + 1"),
 }
 
 

@@ -10,6 +10,7 @@ the run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 from django.db.models import F
@@ -164,10 +166,7 @@ class RunRecorder:
         """The job ended: ``succeeded``, or ``failed`` when it raised ``exc`` or exited
         with a status other than 0; ``lost`` when its lock was lost while it ran
         (``lock_lost``: keep-alive could not keep it), with how the job ended as detail."""
-        if self._key is not None:
-            with _active_mutex:
-                if _active.get(self._key) == self.run_id:
-                    del _active[self._key]
+        self._forget_active()
         if self.run_id is None:  # the start was not written; the warning is out already
             return
         failed = exc is not None or (exit_status is not None and exit_status != 0)
@@ -179,6 +178,27 @@ class RunRecorder:
             outcome = outcomes.LOST
         duration = time.monotonic() - self._started
         self._write(lambda now: self._finish(now, outcome, duration, detail))
+
+    def not_run(self, err: BaseException) -> None:
+        """The lock was taken but the job never started (its caller was cancelled on
+        the way in, ``err``): the ``running`` row ends ``error``, as a run whose store
+        failed does, since the job did not run."""
+        self._forget_active()
+        if self.run_id is None:
+            return
+        detail = cut(
+            f"the job did not start: {describe_failure(err)} came after the lock was taken, "
+            "and the lock was released",
+            DETAIL_LIMIT,
+        )
+        duration = time.monotonic() - self._started
+        self._write(lambda now: self._finish(now, outcomes.ERROR, duration, detail))
+
+    def _forget_active(self) -> None:
+        if self._key is not None:
+            with _active_mutex:
+                if _active.get(self._key) == self.run_id:
+                    del _active[self._key]
 
     # -- the writes ------------------------------------------------------------------
 
@@ -337,6 +357,8 @@ class RunRecorder:
         }
         if outcome == outcomes.LOST:
             fields["runs_lost"] = F("runs_lost") + 1
+        elif outcome == outcomes.ERROR:
+            fields["runs_error"] = F("runs_error") + 1
         elif outcome == outcomes.SUCCEEDED:
             fields["last_success_at"] = to_db(self._started_at)
             fields["last_success_duration"] = duration
@@ -367,10 +389,29 @@ def _on_extended(*, alias: str, name: str, record: Any = None, **kwargs: Any) ->
     using = journal_database()
     if using is None:
         return
+    deadline = to_db(record.lock_until)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # keep-alive's thread: the ORM may run here
+        _record_extension(using, run_id, name, deadline)
+        return
+    # Keep-alive's asyncio task: Django forbids the ORM on the event loop, so the write
+    # goes to the thread the journal's other async writes use (``sync_to_async`` with
+    # ``thread_sensitive``), in order with them, without holding up keep-alive.
+    write = sync_to_async(_record_extension, thread_sensitive=True)(using, run_id, name, deadline)
+    task = loop.create_task(write)
+    _extensions_in_flight.add(task)  # a task nobody references may be collected unfinished
+    task.add_done_callback(_extensions_in_flight.discard)
+
+
+#: The async keep-alive's journal writes still running (see ``_on_extended``).
+_extensions_in_flight: set[asyncio.Task[None]] = set()
+
+
+def _record_extension(using: str, run_id: int, name: str, deadline: datetime) -> None:
     from .models import Job, Run
 
     try:
-        deadline = to_db(record.lock_until)
         Run.objects.using(using).filter(id=run_id, outcome=outcomes.RUNNING).update(deadline=deadline)
         Job.objects.using(using).filter(name=name, last_run_id=run_id).update(last_deadline=deadline)
     except Exception as err:  # noqa: BLE001 - keep-alive must go on whatever the journal does

@@ -354,7 +354,8 @@ def test_a_signal_to_tslock_reaches_what_the_program_started_too(database: Path,
 
 def test_sigkill_of_tslock_kills_the_program_and_what_it_started(database: Path, files: Path) -> None:
     shell, grandchild = files / "sh.pid", files / "sleep.pid"
-    script = f"echo $$ > {shell}; sleep 100 & echo $! > {grandchild}; wait"
+    # Neither holds tslock's output: the test waits for processes, not for end-of-file.
+    script = f"exec >/dev/null 2>&1; echo $$ > {shell}; sleep 1000 & echo $! > {grandchild}; wait"
     process = start(database, "killed-runner", "--at-most-for", "10m", "--", "sh", "-c", script)
     pids = (pid_in(shell, process), pid_in(grandchild, process))
     process.kill()  # nothing in tslock can catch this one
@@ -366,9 +367,8 @@ def test_what_the_program_leaves_running_is_killed_before_the_lock_is_released(
     database: Path, files: Path
 ) -> None:
     left = files / "sleep.pid"
-    done = tslock_run(
-        database, "left-behind", "--at-most-for", "10m", "--", "sh", "-c", f"sleep 100 & echo $! > {left}"
-    )
+    script = f"sleep 1000 >/dev/null 2>&1 & echo $! > {left}"
+    done = tslock_run(database, "left-behind", "--at-most-for", "10m", "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr
     wait_gone(int(left.read_text()))
 

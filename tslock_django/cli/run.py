@@ -48,6 +48,19 @@ from ..runner import Child
 
 HELP = "Run a program under a lock: tslock run NAME --at-most-for 10m -- PROGRAM [ARGS...]"
 
+DESCRIPTION = (
+    "Takes the lock NAME, runs PROGRAM (no shell) with this process's stdin, stdout and stderr "
+    "and the environment tslock was started with, and releases the lock once PROGRAM has ended. "
+    "PROGRAM runs in a session and process group of its own: SIGTERM, SIGINT and SIGHUP sent to "
+    "tslock (Ctrl-C included) go to that whole group, so to what PROGRAM started too, and what it "
+    "leaves running there is killed before the lock is released. If tslock is killed, even with "
+    "SIGKILL, the group is killed as well (a watchdog process in the group; on Linux also a "
+    "parent-death signal), so PROGRAM never runs without its lock. A signal that arrives before "
+    "PROGRAM starts keeps it from starting. Exit status: PROGRAM's, 128+N when signal N ended it, "
+    "0 when skipped (75 with --on-locked fail), 1 when the store failed, 127 when PROGRAM cannot "
+    "be started, 2 for a usage mistake."
+)
+
 USAGE_HINT = "put the program after --, e.g. tslock run nightly-report --at-most-for 30m -- ./report.sh --all"
 
 
@@ -76,6 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "%(prog)s NAME --at-most-for D [--at-least-for D] [--keep-alive] [--provider A] [--wait D] "
         "[--on-locked {skip,fail}] [--schedule S [--grace G]] -- PROGRAM [ARGS...]"
     )
+    parser.description = DESCRIPTION
     parser.add_argument("name", type=_name, metavar="NAME", help="The lock name.")
     parser.add_argument(
         "--at-most-for",

@@ -58,6 +58,20 @@ def test_a_signal_while_the_program_is_being_started_reaches_it(
     assert not finished.exists()
 
 
+def test_a_signal_ignored_by_the_runners_caller_stays_ignored_for_the_program() -> None:
+    # As under nohup: SIGHUP ignored. Catching it to pass it on would hand the program
+    # the default disposition instead (exec resets caught signals, keeps ignored ones).
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        code = "import signal, sys; sys.exit(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and 7)"
+        with Child([sys.executable, "-c", code]) as child:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            ended = child.run()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert ended.returncode == 7, "the program found SIGHUP ignored"
+
+
 def test_a_program_that_cannot_start_is_an_ending_not_an_exception(tmp_path: Path) -> None:
     with Child([str(tmp_path / "absent")]) as child:
         ended = child.run()

@@ -2,6 +2,22 @@
 no shell, the same stdin, stdout and stderr, termination signals passed on, and an exit
 status that says how the child ended.
 
+The program never outlives the runner's lock:
+
+- It runs in a session, so a process group, of its own; SIGTERM, SIGINT and SIGHUP sent
+  to the runner go to that whole group, whatever the program started included. A
+  session rather than only a group: the program then has no controlling terminal, so it
+  is never stopped for reading a terminal that the runner's group holds in the
+  foreground (SIGTTIN), and Ctrl-C reaches it once, through the runner.
+- When the program ends, whatever it left running in its group is killed (SIGKILL)
+  before the runner goes on to release the lock.
+- When the runner dies, even of SIGKILL, the group is killed: a watchdog left in the
+  group by :mod:`tslock_django.launcher` sees the runner go (any POSIX platform), and on
+  Linux the program's first process also has SIGKILL as its parent-death signal.
+- The program's environment is the one the runner was started with (see
+  :func:`tslock_django.launcher.starting_environment`), not the runner's as Django left
+  it (Django sets ``TZ`` from ``settings.TIME_ZONE``).
+
 ``tslock run`` (:mod:`tslock_django.cli.run`) holds the lock around :meth:`Child.run`;
 this module knows nothing of locks or the journal.
 
@@ -21,14 +37,20 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
+
+from .launcher import starting_environment
 
 #: The signals passed on to the program: those that ask a process to stop.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 #: A program that cannot be started (the shells' "command not found").
 EXIT_CANNOT_START = 127
+
+#: The program's first process, run by path (see :mod:`tslock_django.launcher`).
+LAUNCHER = str(Path(__file__).with_name("launcher.py"))
 
 
 def exit_status(returncode: int) -> int:
@@ -63,16 +85,17 @@ class Ended:
 class Child:
     """Runs one program with signal forwarding; a context manager.
 
-    Entering installs handlers for :data:`FORWARDED` (in the main thread); from then on
-    such a signal no longer stops this process: it is passed on to the program, or, if
-    the program has not started yet, remembered so that it is never started. Leaving
-    puts the previous handlers back. Keep the handlers installed until the work after
-    the program (releasing its lock) is done, so a late signal cannot interrupt it.
+    Entering installs handlers for :data:`FORWARDED` (in the main thread; a signal the
+    process ignores is left ignored, and the program inherits that). Enter *before*
+    taking the lock: from then on such a signal no longer stops this process; it is
+    passed on to the program's process group, or, if the program has not started yet,
+    remembered so that it is never started (a signal that arrives while the program is
+    being started is passed on as soon as it exists). Leaving puts the previous handlers
+    back. Keep the handlers installed until the work after the program (releasing its
+    lock) is done, so a late signal cannot interrupt it.
 
-    Ctrl-C at a terminal reaches every process of the foreground group, the program
-    included (it shares ours); a ``SIGINT`` is therefore not sent a second time while
-    our group is a terminal's foreground group: programs that read a second Ctrl-C as
-    "force quit now" would otherwise never get to clean up.
+    Call :meth:`run` from the main thread: on Linux the program's parent-death signal
+    fires when the *thread* that started it ends.
     """
 
     def __init__(self, argv: Sequence[str]) -> None:
@@ -83,9 +106,12 @@ class Child:
         #: The signals received before the program started.
         self.pending: list[int] = []
         self._previous: dict[int, Any] = {}
+        self._group_ended = False
 
     def __enter__(self) -> Child:
         for number in FORWARDED:
+            if signal.getsignal(number) is signal.SIG_IGN:
+                continue  # ignored by whoever started us: the program inherits that
             self._previous[number] = signal.signal(number, self._on_signal)
         return self
 
@@ -99,39 +125,80 @@ class Child:
     def run(self) -> Ended:
         """Start the program, wait for it to end and say how it ended. Never raises for
         the program's sake: a program that cannot start is an :class:`Ended` with
-        ``error``."""
+        ``error``. Whatever is left of the program's group when it ends (or when this
+        method is left by an exception) is killed."""
         if self.pending:
             return Ended(None, signal=self.pending[0])
         # What this process wrote so far comes before anything the program writes.
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # closed: nothing to keep in order
                 stream.flush()
+        # The watchdog reads end-of-file on this pipe when we are gone; the launcher
+        # reports on the other why the program could not start.
+        watch_read, watch_write = os.pipe()
+        status_read, status_write = os.pipe()
+        launch = [sys.executable, "-I", "-S", LAUNCHER, str(os.getpid()), str(watch_read), str(status_write)]
         try:
-            self.process = subprocess.Popen(self.argv)
-        except OSError as err:  # not found, not executable, not a program, ...
-            return Ended(None, error=err)
-        # Popen.wait retries when a handler ran (PEP 475), so a forwarded signal does
-        # not end the wait: the program decides what the signal means.
-        return Ended(self.process.wait())
+            try:
+                self.process = subprocess.Popen(
+                    [*launch, *self.argv],
+                    pass_fds=(watch_read, status_write),
+                    start_new_session=True,
+                    env=starting_environment(),
+                )
+            except OSError as err:  # no interpreter to launch with
+                return Ended(None, error=err)
+            finally:
+                os.close(watch_read)
+                os.close(status_write)
+            # A signal that came while Popen was starting the launcher was only noted.
+            for number in self.pending:
+                self._forward(number)
+            report = _read_to_end(status_read)
+            # Popen.wait retries when a handler ran (PEP 475), so a forwarded signal does
+            # not end the wait: the program decides what the signal means.
+            returncode = self.process.wait()
+        finally:
+            os.close(status_read)
+            self._end_group()
+            os.close(watch_write)
+        if report:
+            number = int(report)
+            return Ended(None, error=OSError(number, os.strerror(number), self.argv[0]))
+        return Ended(returncode)
 
     def _on_signal(self, number: int, frame: FrameType | None) -> None:
-        process = self.process
-        if process is None:
+        if self.process is None:
             self.pending.append(number)
             return
-        if number == signal.SIGINT and _terminal_reached_our_group():
+        self._forward(number)
+
+    def _forward(self, number: int) -> None:
+        """Send ``number`` to the program's group. Its id cannot name anyone else: it is
+        our unreaped child's pid, or, once that is reaped, the watchdog's group, until
+        :meth:`_end_group`."""
+        if self.process is None or self._group_ended:
             return
-        # send_signal does nothing once the program has been waited for.
-        process.send_signal(number)
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # nobody left in it
+            os.killpg(self.process.pid, number)
+
+    def _end_group(self) -> None:
+        """Kill what is left of the program's group (the watchdog included), then reap
+        the program's first process if it is still there."""
+        process = self.process
+        if process is None:
+            return
+        self._group_ended = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if process.returncode is None:
+            process.wait()
 
 
-def _terminal_reached_our_group() -> bool:
-    """Whether our process group is the foreground group of the terminal on stdin,
-    stdout or stderr: then a keyboard signal went to the whole group, the program too."""
-    group = os.getpgrp()
-    for fd in (0, 1, 2):
-        try:
-            return os.tcgetpgrp(fd) == group
-        except OSError:  # not a terminal
-            continue
-    return False
+def _read_to_end(fd: int) -> bytes:
+    """Everything the launcher writes on its status pipe (nothing when the program
+    started: the pipe closes with the ``exec``)."""
+    chunks = []
+    while chunk := os.read(fd, 64):
+        chunks.append(chunk)
+    return b"".join(chunks)

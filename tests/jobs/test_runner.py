@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from tslock_django import providers
+from tslock_django import providers, runner
 from tslock_django.runner import EXIT_CANNOT_START, Child, Ended, exit_status
 
 MEMORY = {"default": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"}}
@@ -33,6 +35,41 @@ def test_a_signal_before_the_start_keeps_the_program_from_starting(tmp_path: Pat
     assert ended.status == 128 + signal.SIGTERM
     assert not ran.exists()
     assert signal.getsignal(signal.SIGTERM) is before, "the previous handler is back"
+
+
+def test_a_signal_while_the_program_is_being_started_reaches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    finished = tmp_path / "finished"
+    real_popen = subprocess.Popen
+
+    def popen_signalled_meanwhile(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        # The SIGTERM lands while Popen is starting the program (its handler runs here,
+        # before Popen has returned the process).
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen_signalled_meanwhile)
+    code = f"import pathlib, time; time.sleep(5); pathlib.Path({str(finished)!r}).touch()"
+    with Child([sys.executable, "-c", code]) as child:
+        ended = child.run()
+    assert ended.returncode == -signal.SIGTERM, "the program was killed by the SIGTERM"
+    assert ended.status == 128 + signal.SIGTERM
+    assert not finished.exists()
+
+
+def test_a_signal_ignored_by_the_runners_caller_stays_ignored_for_the_program() -> None:
+    # As under nohup: SIGHUP ignored. Catching it to pass it on would hand the program
+    # the default disposition instead (exec resets caught signals, keeps ignored ones).
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        code = "import signal, sys; sys.exit(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and 7)"
+        with Child([sys.executable, "-c", code]) as child:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            ended = child.run()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert ended.returncode == 7, "the program found SIGHUP ignored"
 
 
 def test_a_program_that_cannot_start_is_an_ending_not_an_exception(tmp_path: Path) -> None:

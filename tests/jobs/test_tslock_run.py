@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -11,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,20 +30,29 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def start(database: Path, *args: str, tslock_url: str = "db://default") -> subprocess.Popen[str]:
-    """``manage.py tslock run ARGS`` in a session of its own and without a terminal, as
-    cron starts it (so a forwarded SIGINT is never mistaken for a Ctrl-C)."""
-    env = dict(
-        os.environ,
-        DJANGO_SETTINGS_MODULE="testproject.settings",
-        DATABASE_URL=f"sqlite:///{database}",
-        TSLOCK_URL=tslock_url,
-    )
+def environment(
+    database: Path, tslock_url: str = "db://default", settings: str = "testproject.settings"
+) -> dict[str, str]:
+    """The environment a cron line would give ``manage.py`` of the demo project."""
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE=settings, DATABASE_URL=f"sqlite:///{database}")
+    env["TSLOCK_URL"] = tslock_url
     env.pop("TSLOCK_EDGE_URL", None)
+    return env
+
+
+def start(
+    database: Path,
+    *args: str,
+    tslock_url: str = "db://default",
+    settings: str = "testproject.settings",
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    """``manage.py tslock run ARGS`` in a session of its own and without a terminal, as
+    cron starts it; ``env`` instead of :func:`environment`'s."""
     return subprocess.Popen(
         [PY, "manage.py", "tslock", "run", *args],
         cwd=ROOT,
-        env=env,
+        env=env if env is not None else environment(database, tslock_url, settings),
         text=True,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -50,7 +61,7 @@ def start(database: Path, *args: str, tslock_url: str = "db://default") -> subpr
     )
 
 
-def tslock_run(database: Path, *args: str, **kwargs: str) -> subprocess.CompletedProcess[str]:
+def tslock_run(database: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     process = start(database, *args, **kwargs)
     out, err = process.communicate(timeout=120)
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
@@ -75,6 +86,43 @@ def wait_for(path: Path, process: subprocess.Popen[str]) -> None:
             out, err = process.communicate()
             pytest.fail(f"tslock run ended ({process.returncode}) before its program started:\n{out}{err}")
         assert time.monotonic() < deadline, f"the program never wrote {path}"
+        time.sleep(0.02)
+
+
+def pid_in(path: Path, process: subprocess.Popen[str]) -> int:
+    """The process id a program wrote to ``path`` (one line) once it is there."""
+    deadline = time.monotonic() + 60
+    while not (path.exists() and path.read_text().endswith("\n")):
+        if process.poll() is not None:
+            out, err = process.communicate()
+            pytest.fail(
+                f"tslock run ended ({process.returncode}) before {path.name} was written:\n{out}{err}"
+            )
+        assert time.monotonic() < deadline, f"the program never wrote {path}"
+        time.sleep(0.02)
+    return int(path.read_text())
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie that its new parent has not reaped
+    yet has ended too)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state == "Z"
+
+
+def wait_gone(*pids: int) -> None:
+    """Until every process of ``pids`` has ended (a generous deadline: a loaded machine)."""
+    deadline = time.monotonic() + 60
+    while not all(gone(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            alive = [pid for pid in pids if not gone(pid)]
+            for pid in alive:  # leave nothing behind for the next test
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"still running a minute later: {alive}")
         time.sleep(0.02)
 
 
@@ -273,3 +321,137 @@ def test_a_schedule_is_kept_with_the_journal(database: Path) -> None:
             "1h",
             600.0,
         )
+
+
+# -- The program never outlives its lock (issue 31, item 2) ----------------------------
+
+GRANDCHILD_NOTES_SIGTERM = (
+    "import pathlib, signal, sys, time\n"
+    "def noted(number, frame):\n"
+    "    pathlib.Path(sys.argv[1]).write_text(str(number))\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, noted)\n"
+    "pathlib.Path(sys.argv[2]).touch()\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_a_signal_to_tslock_reaches_what_the_program_started_too(database: Path, files: Path) -> None:
+    seen, ready = files / "seen", files / "ready"
+    # sh starts a grandchild that notes SIGTERM, then waits for it; sh itself dies of it.
+    script = f'{PY} -c "$0" "$1" "$2" & wait'
+    process = start(
+        database, "group-term", "--at-most-for", "10m", "--", "sh", "-c", script,
+        GRANDCHILD_NOTES_SIGTERM, str(seen), str(ready),
+    )  # fmt: skip
+    wait_for(ready, process)
+    process.terminate()
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert seen.read_text() == str(int(signal.SIGTERM)), "the grandchild got the SIGTERM"
+    assert [row[0] for row in journal(database, "group-term")] == ["failed"]
+
+
+def test_sigkill_of_tslock_kills_the_program_and_what_it_started(database: Path, files: Path) -> None:
+    shell, grandchild = files / "sh.pid", files / "sleep.pid"
+    # Neither holds tslock's output: the test waits for processes, not for end-of-file.
+    script = f"exec >/dev/null 2>&1; echo $$ > {shell}; sleep 1000 & echo $! > {grandchild}; wait"
+    process = start(database, "killed-runner", "--at-most-for", "10m", "--", "sh", "-c", script)
+    pids = (pid_in(shell, process), pid_in(grandchild, process))
+    process.kill()  # nothing in tslock can catch this one
+    process.communicate(timeout=120)
+    wait_gone(*pids)
+
+
+def test_what_the_program_leaves_running_is_killed_before_the_lock_is_released(
+    database: Path, files: Path
+) -> None:
+    left = files / "sleep.pid"
+    script = f"sleep 1000 >/dev/null 2>&1 & echo $! > {left}"
+    done = tslock_run(database, "left-behind", "--at-most-for", "10m", "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    wait_gone(int(left.read_text()))
+
+
+def test_a_sigterm_at_the_grant_keeps_the_program_from_starting_and_is_journaled(
+    database: Path, files: Path
+) -> None:
+    ran = files / "ran"
+    touch = program(f"import pathlib; pathlib.Path({str(ran)!r}).touch()")
+    # The settings send SIGTERM to the runner from a lock_acquired receiver: at the grant.
+    done = tslock_run(
+        database,
+        "term-at-grant",
+        "--at-most-for",
+        "10m",
+        *touch,
+        settings="tests.jobs.sigterm_at_grant_settings",
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert not ran.exists(), "the program started after the SIGTERM"
+    assert journal(database, "term-at-grant") == [
+        ("failed", f"InterruptedError: signal {int(signal.SIGTERM)} arrived before {PY} started", "")
+    ]
+    # Released: lock_at_most_for is ten minutes, and the next run takes the lock now.
+    again = tslock_run(database, "term-at-grant", "--at-most-for", "10m", *program("pass"))
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize("how", ["kill -INT", "Ctrl-C"])
+def test_sigint_reaches_the_program_once_when_tslock_runs_in_a_terminals_foreground(
+    database: Path, files: Path, how: str
+) -> None:
+    ready, seen = files / "ready", files / "seen"
+    name = f"terminal-{how.split()[0].lower()}"
+    code = (
+        "import pathlib, signal, time\n"
+        f"seen = pathlib.Path({str(seen)!r})\n"
+        "signal.signal(signal.SIGINT, lambda n, f: seen.open('a').write('INT '))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "deadline = time.monotonic() + 120\n"
+        "while not seen.exists() and time.monotonic() < deadline: time.sleep(0.02)\n"
+        "time.sleep(0.5)\n"  # a second SIGINT, if one came, is noted meanwhile
+    )
+    controller, terminal = os.openpty()
+    # The runner leads a session whose controlling terminal is the pty, its group in the
+    # terminal's foreground (as when started from an interactive shell).
+    take_terminal = (
+        "import os, sys; os.setsid(); os.open(sys.argv[1], os.O_RDWR); os.execvp(sys.argv[2], sys.argv[2:])"
+    )
+    process = subprocess.Popen(
+        [PY, "-c", take_terminal, os.ttyname(terminal), PY, "manage.py", "tslock", "run", name,
+         "--at-most-for", "10m", *program(code)],
+        cwd=ROOT, env=environment(database), text=True, stdin=terminal,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for(ready, process)
+        if how == "Ctrl-C":
+            os.write(controller, b"\x03")  # the terminal sends SIGINT to its foreground group
+        else:
+            process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert process.returncode == 0, err
+    assert seen.read_text() == "INT ", "the program got SIGINT once"
+
+
+# -- The program's environment is the caller's (issue 31, item 3) ----------------------
+
+
+@pytest.mark.parametrize("zone", [None, "Asia/Tokyo"])
+def test_the_programs_environment_is_exactly_the_one_tslock_was_given(
+    database: Path, zone: str | None
+) -> None:
+    # The demo project's TIME_ZONE is Europe/Berlin; Django puts it in TZ of its own process.
+    env = environment(database)
+    env.pop("TZ", None)
+    if zone is not None:
+        env["TZ"] = zone
+    done = tslock_run(database, "environment", "--at-most-for", "1m", "--", "env", "-0", env=env)
+    assert done.returncode == 0, done.stderr
+    given = dict(entry.split("=", 1) for entry in done.stdout.split("\0") if entry)
+    assert given.get("TZ") == zone
+    assert given == env

@@ -10,8 +10,14 @@ Exit statuses:
 - 127 when the program cannot be started;
 - 2 for a usage mistake (argparse's message; nothing is locked).
 
-SIGTERM, SIGINT and SIGHUP are passed on to the program; the lock is released once it
-has ended (see :mod:`tslock_django.runner`).
+SIGTERM, SIGINT and SIGHUP are passed on to the program's whole process group (it runs
+in a session of its own); the lock is released once it has ended, and whatever it left
+running in its group is killed first. If the runner itself is killed (even with
+SIGKILL), the program's group is killed too. A signal that arrives before the program
+starts (while the lock is taken) keeps it from starting: the run is journaled
+``failed``, the lock released, and the exit status is ``128 + N``. The program's
+environment is the one ``tslock run`` was started with (on Linux exactly; see
+:mod:`tslock_django.runner`).
 
 Why the status is given by ``sys.exit``: Django turns ``CommandError`` into exit status
 1 (or its ``returncode``) but always prints ``CommandError: ...`` first, and the
@@ -42,6 +48,19 @@ from ..runner import Child
 
 HELP = "Run a program under a lock: tslock run NAME --at-most-for 10m -- PROGRAM [ARGS...]"
 
+DESCRIPTION = (
+    "Takes the lock NAME, runs PROGRAM (no shell) with this process's stdin, stdout and stderr "
+    "and the environment tslock was started with, and releases the lock once PROGRAM has ended. "
+    "PROGRAM runs in a session and process group of its own: SIGTERM, SIGINT and SIGHUP sent to "
+    "tslock (Ctrl-C included) go to that whole group, so to what PROGRAM started too, and what it "
+    "leaves running there is killed before the lock is released. If tslock is killed, even with "
+    "SIGKILL, the group is killed as well (a watchdog process in the group; on Linux also a "
+    "parent-death signal), so PROGRAM never runs without its lock. A signal that arrives before "
+    "PROGRAM starts keeps it from starting. Exit status: PROGRAM's, 128+N when signal N ended it, "
+    "0 when skipped (75 with --on-locked fail), 1 when the store failed, 127 when PROGRAM cannot "
+    "be started, 2 for a usage mistake."
+)
+
 USAGE_HINT = "put the program after --, e.g. tslock run nightly-report --at-most-for 30m -- ./report.sh --all"
 
 
@@ -70,6 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "%(prog)s NAME --at-most-for D [--at-least-for D] [--keep-alive] [--provider A] [--wait D] "
         "[--on-locked {skip,fail}] [--schedule S [--grace G]] -- PROGRAM [ARGS...]"
     )
+    parser.description = DESCRIPTION
     parser.add_argument("name", type=_name, metavar="NAME", help="The lock name.")
     parser.add_argument(
         "--at-most-for",
@@ -182,24 +202,26 @@ def run_program(command: BaseCommand, options: dict[str, Any]) -> int | None:
         stream=command.stderr,
     )
     shown = program[0]
-    try:
-        run.enter()
-    except LockHeld as refused:
-        line = did_not_run(refused, shown)
-        if options["on_locked"] == "fail":
-            raise CommandError(line, returncode=EXIT_LOCKED) from None
-        command.stderr.write(f"skipped: {line}")
-        return None
-    except (LockProviderError, InvalidLockProvider) as err:
-        raise CommandError(f"{err}; {shown} did not run (failing closed)") from err
-    except ValueError as err:
-        raise CommandError(str(err), returncode=2) from err
-    # From here the lock is held: SIGTERM, SIGINT and SIGHUP go to the program (or, before
-    # it starts, keep it from starting) instead of stopping us, until the lock is back.
+    # SIGTERM, SIGINT and SIGHUP are handled from before the lock is taken until it is
+    # back: one that arrives while the lock is being taken (the grant included) is noted
+    # and keeps the program from starting, and the run still ends in the journal and
+    # releases the lock; later ones go to the program's process group.
     with Child(program) as child:
         try:
+            run.enter()
+        except LockHeld as refused:
+            line = did_not_run(refused, shown)
+            if options["on_locked"] == "fail":
+                raise CommandError(line, returncode=EXIT_LOCKED) from None
+            command.stderr.write(f"skipped: {line}")
+            return 128 + child.pending[0] if child.pending else None
+        except (LockProviderError, InvalidLockProvider) as err:
+            raise CommandError(f"{err}; {shown} did not run (failing closed)") from err
+        except ValueError as err:
+            raise CommandError(str(err), returncode=2) from err
+        try:
             ended = child.run()
-        except BaseException as exc:  # whatever it was (KeyboardInterrupt...), the lock goes back
+        except BaseException as exc:  # whatever it was, the lock goes back
             run.exit(exc)
             raise
         if ended.error is not None:

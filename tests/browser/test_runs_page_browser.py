@@ -78,7 +78,7 @@ def test_filter_open_a_history_and_go_to_the_lock_and_back(
     page.wait_for_selector("#result_list")
     assert shown(page) == ["nightly-report"]
     follow(page, '#changelist-filter details[data-filter-title="status"] a:text-is("All")')
-    follow(page, '#changelist-filter details[data-filter-title="outcome"] a:text-is("failed")')
+    follow(page, '#changelist-filter details[data-filter-title="last outcome"] a:text-is("failed")')
     page.wait_for_selector("#result_list")
     assert shown(page) == ["job-bad"]
     page.fill("#searchbar", "nightly")
@@ -86,7 +86,7 @@ def test_filter_open_a_history_and_go_to_the_lock_and_back(
         page.press("#searchbar", "Enter")
     page.wait_for_selector("#result_list")
     assert shown(page) == []  # the search keeps the outcome filter
-    follow(page, '#changelist-filter details[data-filter-title="outcome"] a:text-is("All")')
+    follow(page, '#changelist-filter details[data-filter-title="last outcome"] a:text-is("All")')
     page.wait_for_selector("#result_list")
     assert shown(page) == ["nightly-report"]
     ARTIFACTS.mkdir(exist_ok=True)
@@ -97,7 +97,7 @@ def test_filter_open_a_history_and_go_to_the_lock_and_back(
     assert page.locator("#result_list tbody tr").count() == 1
     row_text = page.inner_text("#result_list tbody tr")
     assert "web-1" in row_text and "4242" in row_text and "7" in row_text
-    follow(page, "#back-to-runs")
+    follow(page, '.breadcrumbs a:text-is("Runs")')
     page.wait_for_selector("#result_list")
 
     # job-bad's history, then its lock on the Locks page, then back to its runs.
@@ -110,7 +110,7 @@ def test_filter_open_a_history_and_go_to_the_lock_and_back(
     follow(page, 'tr[data-name="job-bad"] a.tslock-runs-link')
     page.wait_for_selector("#job-summary")
     assert "Runs of job-bad" in page.title()
-    follow(page, "#runs-link")  # the breadcrumb
+    follow(page, '.breadcrumbs a:text-is("Runs")')
     page.wait_for_selector("#result_list")
     assert shown(page) == ["job-bad", "job-ok", "nightly-report", "sync-users"]
     page.screenshot(path=str(ARTIFACTS / "runs-page.png"), full_page=True)

@@ -28,6 +28,7 @@ from ..core.budget import BudgetSpent, admin_view_listing
 from ..core.query import ALL_STATES, CURRENT_STATES, MAX_LIMIT, LockQuery
 from ..exceptions import InvalidCursor, InvalidLockProvider
 from ..listing import MergedListing, MergedPage
+from .frame import ListFilter, ListFrame
 from .rows import LockRow, make_row
 
 if TYPE_CHECKING:
@@ -149,26 +150,28 @@ def render(admin: LockAdmin, request: HttpRequest, extra_context: Mapping[str, A
         guarantees[alias] = str(providers[alias].guarantee)
     rows = [make_row(row.alias, guarantees[row.alias], row.record, now) for row in page.rows]
     rows = _with_runs_links(admin, rows)
+    provider_choices = [
+        {"label": "All", "selected": not filters.provider, "url": filters.link(provider="")}
+    ] + [
+        {"label": alias, "selected": alias == filters.provider, "url": filters.link(provider=alias)}
+        for alias in aliases
+    ]
+    state_choices = [
+        {"label": label, "selected": value == filters.state, "url": filters.link(state=value)}
+        for value, (label, _) in STATE_FILTERS.items()
+    ]
     context = admin.context(
         request,
         "Locks",
+        cl=ListFrame(
+            admin.opts, [ListFilter.of("provider", provider_choices), ListFilter.of("state", state_choices)]
+        ),
         rows=rows,
         headers=_headers(filters),
         query=filters.search,
         search_var=SEARCH_VAR,
         # The search form keeps the filters and the order, and starts from the first page.
         hidden_params=[(k, v) for k, v in QueryDict(filters.link()[1:]).items() if k != SEARCH_VAR],
-        provider_choices=[
-            {"label": "All", "selected": not filters.provider, "url": filters.link(provider="")}
-        ]
-        + [
-            {"label": alias, "selected": alias == filters.provider, "url": filters.link(provider=alias)}
-            for alias in aliases
-        ],
-        state_choices=[
-            {"label": label, "selected": value == filters.state, "url": filters.link(state=value)}
-            for value, (label, _) in STATE_FILTERS.items()
-        ],
         count=_count(page, listed),
         notes=page.notes,
         next_url=filters.link(cursor=page.next_cursor) if page.next_cursor else "",

@@ -94,11 +94,19 @@ class TslockPageAdmin(_ModelAdmin):
             return ""
 
     def base_context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        """The admin's template context for a page titled ``title``, plus ``extra``.
+
+        The pages extend Django's own admin templates, which draw the breadcrumbs from
+        this context: a page below the Locks or Runs page (``_subpage.html``) ends them
+        with ``original``, the title unless ``extra`` names a shorter one.
+        """
         return {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "app_label": self.opts.app_label,
             "title": title,
+            "original": title,
+            "has_view_permission": self.has_view_permission(request),
             **extra,
         }
 

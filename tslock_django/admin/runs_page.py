@@ -41,6 +41,7 @@ from ..journal.status import (
     schedules_from_settings,
     status_of,
 )
+from .frame import ListFilter, ListFrame
 
 if TYPE_CHECKING:
     from .options import RunsAdmin
@@ -380,6 +381,14 @@ def render(admin: RunsAdmin, request: HttpRequest, extra_context: Mapping[str, A
             unseen = never_run(admin, using, filters, configured, now)
         except DatabaseError as err:
             _unreadable(request, using, err)
+    status_choices = [
+        {"label": label, "selected": value == filters.status, "url": filters.link(**{STATUS_VAR: value})}
+        for value, label in STATUS_FILTERS.items()
+    ]
+    outcome_choices = [
+        {"label": label, "selected": value == filters.outcome, "url": filters.link(**{OUTCOME_VAR: value})}
+        for value, label in OUTCOME_FILTERS.items()
+    ]
     context = admin.context(
         request,
         "Runs",
@@ -389,18 +398,10 @@ def render(admin: RunsAdmin, request: HttpRequest, extra_context: Mapping[str, A
         query=filters.search,
         search_var=SEARCH_VAR,
         hidden_params=[(k, v) for k, v in QueryDict(filters.link()[1:]).items() if k != SEARCH_VAR],
-        status_choices=[
-            {"label": label, "selected": value == filters.status, "url": filters.link(**{STATUS_VAR: value})}
-            for value, label in STATUS_FILTERS.items()
-        ],
-        outcome_choices=[
-            {
-                "label": label,
-                "selected": value == filters.outcome,
-                "url": filters.link(**{OUTCOME_VAR: value}),
-            }
-            for value, label in OUTCOME_FILTERS.items()
-        ],
+        cl=ListFrame(
+            admin.opts,
+            [ListFilter.of("status", status_choices), ListFilter.of("last outcome", outcome_choices)],
+        ),
         next_url=filters.link(**{AFTER_VAR: page.next_after}) if page.next_after else "",
         previous_url=filters.link(**{BEFORE_VAR: page.previous_before}) if page.previous_before else "",
         first_url=filters.link() if (filters.after or filters.before) else "",
@@ -486,6 +487,7 @@ def history(admin: RunsAdmin, request: HttpRequest) -> HttpResponse:
     context = admin.context(
         request,
         f"Runs of {name}",
+        original=name,
         name=name,
         rows=rows,
         job=job_row,

@@ -212,14 +212,51 @@ def after_a_check(expression: str) -> str:
     return value
 
 
-def test_a_plain_command_imports_no_other_command_module_because_of_tslock() -> None:
-    """tslock's checks run at every command start (`check` runs exactly those); they
-    must not import the project's commands (and everything those import), which Django
-    itself never does. tests.settings installs tests.lockapp, whose commands are locked."""
-    loaded = after_a_check(
-        "sorted(m for m in sys.modules if '.management.commands.' in m and not m.startswith('django.'))"
+def after_a_command_start(expression: str) -> str:
+    """A command's start in a fresh process (tests.settings): a command with Django's
+    default ``requires_system_checks`` run as ``manage.py`` runs it, which runs every
+    check first; then ``expression`` printed there (``sys`` imported)."""
+    script = (
+        "import sys, django\n"
+        "django.setup()\n"
+        "from django.core.management import call_command\n"
+        "from django.core.management.base import BaseCommand\n"
+        "class Command(BaseCommand):\n"
+        "    def handle(self, *args, **options): pass\n"
+        "call_command(Command(), skip_checks=False)\n"
+        f"print('VALUE', {expression})\n"
     )
-    assert loaded == "[]"
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1].removeprefix("VALUE ")
+
+
+PROJECT_COMMANDS = (
+    "sorted(m for m in sys.modules if '.management.commands.' in m and not m.startswith('django.'))"
+)
+
+
+def test_a_plain_command_imports_no_other_command_module_because_of_tslock() -> None:
+    """tslock's checks run at every command start; they must not import the project's
+    commands (and everything those import), which Django itself never does.
+    tests.settings installs tests.lockapp, whose commands are locked."""
+    assert after_a_command_start(PROJECT_COMMANDS) == "[]"
+    assert after_a_command_start("'tslock_django.job_modules' in sys.modules") == "False"
+
+
+def test_manage_py_check_imports_every_project_command_to_check_its_decorators() -> None:
+    """`manage.py check` does (tslock.E010): the project's commands, not Django's or tslock's."""
+    loaded = ast.literal_eval(after_a_check(PROJECT_COMMANDS))
+    assert "tests.lockapp.management.commands.locked_job" in loaded
+    assert "testproject.demo.management.commands.demo_report" in loaded
+    assert "tslock_django.management.commands.tslock" not in loaded
 
 
 @pytest.mark.parametrize("flag", ["true", "1", "yes", "on", True])

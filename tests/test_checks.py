@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import subprocess
 import sys
 from importlib import import_module
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.checks import Error
 from django.test import override_settings
 
@@ -465,3 +467,82 @@ def test_a_malformed_tslock_url_fails_a_command_with_one_line_not_a_traceback(
         # The expected form: all of them, or the one of the scheme that was given.
         assert "cloudflare-do://TOKEN@HOST/" in about[0]
         assert "hunter2" not in result.stdout + result.stderr
+
+
+# -- hints that send the reader to the documentation ---------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+_SEE = re.compile(r"See (?:the section (?P<section>\S+) of )?docs/(?P<page>[\w/.-]+?\.md)\.")
+
+
+def headings(page: Path) -> set[str]:
+    """A Markdown page's headings, as read: without the #s and the code marks."""
+    found = set()
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            found.add(line.lstrip("#").strip().replace("`", ""))
+    return found
+
+
+def hint_target_exists(hint: str) -> bool:
+    """Whether ``hint`` sends the reader to a docs page (and section) that exists."""
+    where = _SEE.search(hint)
+    if where is None:
+        return False
+    page = DOCS / where["page"]
+    return page.is_file() and (where["section"] is None or where["section"] in headings(page))
+
+
+def test_a_hint_target_that_does_not_exist_is_caught() -> None:
+    assert hint_target_exists("See the section TSLOCK_PROVIDERS of docs/reference/settings.md.")
+    assert hint_target_exists("See docs/reference/durations.md.")
+    assert not hint_target_exists("See the README section on TSLOCK_PROVIDERS.")
+    assert not hint_target_exists("See docs/reference/nowhere.md.")
+    assert not hint_target_exists("See the section TSLOCK_NOTHING of docs/reference/settings.md.")
+
+
+def test_each_hint_that_points_elsewhere_points_at_a_docs_page_that_exists() -> None:
+    """E001 and E009 used to send the reader to README sections that do not exist."""
+    from tslock_django.checks import check_journal, job_argument_messages
+
+    with override_settings(TSLOCK_PROVIDERS={"default": "db://"}):
+        messages = check_providers()
+    with override_settings(TSLOCK_JOURNAL="default"):
+        messages += check_journal()
+    with override_settings(TSLOCK_SCHEDULES={"report": {"schedule": "0 3 * *"}}):
+        messages += check_journal()
+    with override_settings(INSTALLED_APPS=[*settings.INSTALLED_APPS, "tests.badjobs"]):
+        messages += [m for m in job_argument_messages() if m.id == "tslock.E010"]
+    assert sorted(set(ids(messages))) == ["tslock.E001", "tslock.E009", "tslock.E010"]
+    for message in messages:
+        assert hint_target_exists(message.hint or ""), (message.id, message.hint)
+    assert "the section TSLOCK_SCHEDULES of" in (messages[2].hint or "")
+
+
+def test_no_hint_of_the_checks_names_a_page_that_does_not_exist() -> None:
+    """Every hint in checks.py, read from its source: a page it names through see() is a
+    docs page (its sections are checked above, where the messages are made), and no
+    hint sends the reader to the README."""
+    source = (Path(__file__).resolve().parent.parent / "tslock_django" / "checks.py").read_text(
+        encoding="utf-8"
+    )
+    tree = ast.parse(source)
+    pages = [
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "see"
+        and isinstance(node.args[0], ast.Constant)
+    ]
+    assert len(pages) >= 3
+    for page in pages:
+        assert (DOCS / page).is_file(), page
+    hints = [
+        ast.unparse(keyword.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for keyword in node.keywords
+        if keyword.arg == "hint"
+    ]
+    assert hints and not [h for h in hints if "README" in h]

@@ -31,7 +31,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from ...cli import SUBCOMMANDS
-from ...cli.arguments import MAX_BATCH, MAX_FENCING_TOKEN, accept_django_options
+from ...cli.arguments import MAX_BATCH, MAX_FENCING_TOKEN, accept_django_options, read_dashed_values
 
 # Where these names lived before the subcommands had modules of their own; kept so
 # that code importing them from here still works.
@@ -66,6 +66,7 @@ class Command(BaseCommand):
         # in a subcommand is a CommandError under call_command and a usage line in a shell.
         for name, subcommand in SUBCOMMANDS.items():
             subparser = sub.add_parser(name, help=subcommand.HELP)
+            read_dashed_values(subparser)
             subcommand.add_arguments(subparser)
             accept_django_options(subparser)
 

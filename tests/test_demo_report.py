@@ -34,8 +34,8 @@ def test_a_negative_seconds_is_one_line_and_a_failed_run(tmp_path: Path) -> None
 
     assert manage("migrate", "--verbosity", "0").returncode == 0
     done = manage("demo_report", "--seconds", "-1")
-    assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == "CommandError: --seconds must be 0 or more, got -1\n"
+    assert (done.returncode, done.stdout) == (1, "")
     runs = manage("tslock", "runs", "demo_report", "--outcome", "failed", "--json")
     assert runs.returncode == 0, runs.stderr
     assert '"detail": "CommandError: --seconds must be 0 or more, got -1"' in runs.stdout

@@ -74,7 +74,7 @@ def locked_command(
     (for its ``fencing_token``).
 
     Raises:
-        InvalidJobArgument: (a ``ValueError``) bad durations, ``on_locked``,
+        ValueError: (``InvalidJobArgument``) bad durations, ``on_locked``,
             ``max_wait``, ``schedule`` or ``grace``, when the decorator runs: at import.
             ``manage.py check`` reports it ahead of time (tslock.E010).
     """

@@ -87,7 +87,7 @@ def locked_task(
     through the provider's async methods, as :class:`~tslock_django.alock` does.
 
     Raises:
-        InvalidJobArgument: (a ``ValueError``) at decoration, that is at import: bad
+        ValueError: (``InvalidJobArgument``) at decoration, that is at import: bad
             durations, ``on_locked``, ``schedule`` or ``grace``, or a name template naming
             an argument the function does not take. ``manage.py check`` reports it ahead
             of time (tslock.E010) for the ``tasks`` module of each installed app.

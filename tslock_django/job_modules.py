@@ -31,16 +31,11 @@ from typing import Any
 from django.apps import AppConfig, apps
 from django.utils.module_loading import module_has_submodule
 
-#: Apps whose modules hold no job of the project's: Django's own, and tslock itself
-#: (its ``tasks`` module is the decorator, its one command the ``tslock`` CLI).
-NOT_JOBS = ("django.", "tslock_django")
-
-#: Where the frames of a traceback that are not the project's code live: tslock
-#: itself and Python's standard library.
-_NOT_PROJECT = tuple(
-    Path(place).resolve()
-    for place in (Path(__file__).parent, sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])
-)
+#: tslock's own code, and Python's: the frames of a traceback that are not the project's.
+_LIBRARY = Path(__file__).resolve().parent
+_PYTHON = {Path(sysconfig.get_paths()[name]).resolve() for name in ("stdlib", "platstdlib")}
+#: Installed packages, which may live under Python's own folder (no virtualenv).
+_INSTALLED = {Path(sysconfig.get_paths()[name]).resolve() for name in ("purelib", "platlib")}
 
 
 @dataclass(frozen=True)
@@ -65,7 +60,8 @@ class Finding:
 
 def find_problems(app_configs: Iterable[AppConfig] | None = None) -> list[Finding]:
     """Import every command module and ``tasks`` module of ``app_configs`` (default: the
-    installed apps) and return what failed, commands first, each in app order."""
+    installed apps) and return what failed: the commands by name, then the tasks
+    modules in INSTALLED_APPS order."""
     from .decorators import InvalidJobArgument
 
     chosen = [c for c in (apps.get_app_configs() if app_configs is None else app_configs) if _has_jobs(c)]
@@ -93,7 +89,9 @@ def find_problems(app_configs: Iterable[AppConfig] | None = None) -> list[Findin
 
 
 def _has_jobs(config: AppConfig) -> bool:
-    return not (config.name.startswith(NOT_JOBS[0]) or config.name == NOT_JOBS[1])
+    """Django's own apps hold no job of the project's, nor does tslock (its ``tasks``
+    module is the decorator, its one command the ``tslock`` CLI)."""
+    return not config.name.startswith("django.") and config.name != "tslock_django"
 
 
 def _command_modules(configs: list[AppConfig]) -> Iterator[tuple[str, str, str]]:
@@ -112,10 +110,10 @@ def _task_named(err: BaseException, module: str) -> str:
     """The task whose decorator raised ``err`` while ``module`` was imported: the
     function decorated on the line of the project's code that called the decorator."""
     frames = [f for f in traceback.extract_tb(err.__traceback__) if _project_code(f.filename)]
-    if not frames or frames[-1].lineno is None:
+    where = frames[-1] if frames else None
+    if where is None or where.lineno is None:
         return f"tasks module '{module}'"
-    where = frames[-1]
-    function = _decorated_at(where.filename, where.lineno)  # type: ignore[arg-type]
+    function = _decorated_at(where.filename, where.lineno)
     if function is None:
         return f"task in '{module}' ({where.filename}, line {where.lineno})"
     spec = find_spec(module)
@@ -141,7 +139,10 @@ def _project_code(filename: str) -> bool:
         path = Path(filename).resolve()
     except (OSError, ValueError):
         return False
-    return not any(path.is_relative_to(place) for place in _NOT_PROJECT)
+    if path.is_relative_to(_LIBRARY):
+        return False
+    python = any(path.is_relative_to(place) for place in _PYTHON)
+    return not python or any(path.is_relative_to(place) for place in _INSTALLED)
 
 
 def _decorated_at(filename: str, line: int) -> str | None:

@@ -6,7 +6,8 @@ what it does in full):
         current locks of every configured provider (or one), page by page.
     ``release NAME --provider A [--fencing-token N | --token T] [--yes]``: force-release
         a lock, conditional on the holding when a condition is given.
-    ``check``: one harmless query per provider; exit status 1 if any fails.
+    ``check``: one harmless query per provider, and every job module imported; exit
+        status 1 if a provider fails or a job has a bad decorator argument.
     ``purge [--expired-for 30d] [--runs-older-than 90d] [--provider A] [--dry-run]
         [--batch-size N]``: delete the lock records that expired longer ago than that, and
         the journal's runs older than that.

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import subprocess
 import sys
 from importlib import import_module
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.checks import Error
 from django.test import override_settings
 
@@ -212,14 +214,51 @@ def after_a_check(expression: str) -> str:
     return value
 
 
-def test_a_plain_command_imports_no_other_command_module_because_of_tslock() -> None:
-    """tslock's checks run at every command start (`check` runs exactly those); they
-    must not import the project's commands (and everything those import), which Django
-    itself never does. tests.settings installs tests.lockapp, whose commands are locked."""
-    loaded = after_a_check(
-        "sorted(m for m in sys.modules if '.management.commands.' in m and not m.startswith('django.'))"
+def after_a_command_start(expression: str) -> str:
+    """A command's start in a fresh process (tests.settings): a command with Django's
+    default ``requires_system_checks`` run as ``manage.py`` runs it, which runs every
+    check first; then ``expression`` printed there (``sys`` imported)."""
+    script = (
+        "import sys, django\n"
+        "django.setup()\n"
+        "from django.core.management import call_command\n"
+        "from django.core.management.base import BaseCommand\n"
+        "class Command(BaseCommand):\n"
+        "    def handle(self, *args, **options): pass\n"
+        "call_command(Command(), skip_checks=False)\n"
+        f"print('VALUE', {expression})\n"
     )
-    assert loaded == "[]"
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1].removeprefix("VALUE ")
+
+
+PROJECT_COMMANDS = (
+    "sorted(m for m in sys.modules if '.management.commands.' in m and not m.startswith('django.'))"
+)
+
+
+def test_a_plain_command_imports_no_other_command_module_because_of_tslock() -> None:
+    """tslock's checks run at every command start; they must not import the project's
+    commands (and everything those import), which Django itself never does.
+    tests.settings installs tests.lockapp, whose commands are locked."""
+    assert after_a_command_start(PROJECT_COMMANDS) == "[]"
+    assert after_a_command_start("'tslock_django.job_modules' in sys.modules") == "False"
+
+
+def test_manage_py_check_imports_every_project_command_to_check_its_decorators() -> None:
+    """`manage.py check` does (tslock.E010): the project's commands, not Django's or tslock's."""
+    loaded = ast.literal_eval(after_a_check(PROJECT_COMMANDS))
+    assert "tests.lockapp.management.commands.locked_job" in loaded
+    assert "testproject.demo.management.commands.demo_report" in loaded
+    assert "tslock_django.management.commands.tslock" not in loaded
 
 
 @pytest.mark.parametrize("flag", ["true", "1", "yes", "on", True])
@@ -428,3 +467,82 @@ def test_a_malformed_tslock_url_fails_a_command_with_one_line_not_a_traceback(
         # The expected form: all of them, or the one of the scheme that was given.
         assert "cloudflare-do://TOKEN@HOST/" in about[0]
         assert "hunter2" not in result.stdout + result.stderr
+
+
+# -- hints that send the reader to the documentation ---------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+_SEE = re.compile(r"See (?:the section (?P<section>\S+) of )?docs/(?P<page>[\w/.-]+?\.md)\.")
+
+
+def headings(page: Path) -> set[str]:
+    """A Markdown page's headings, as read: without the #s and the code marks."""
+    found = set()
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            found.add(line.lstrip("#").strip().replace("`", ""))
+    return found
+
+
+def hint_target_exists(hint: str) -> bool:
+    """Whether ``hint`` sends the reader to a docs page (and section) that exists."""
+    where = _SEE.search(hint)
+    if where is None:
+        return False
+    page = DOCS / where["page"]
+    return page.is_file() and (where["section"] is None or where["section"] in headings(page))
+
+
+def test_a_hint_target_that_does_not_exist_is_caught() -> None:
+    assert hint_target_exists("See the section TSLOCK_PROVIDERS of docs/reference/settings.md.")
+    assert hint_target_exists("See docs/reference/durations.md.")
+    assert not hint_target_exists("See the README section on TSLOCK_PROVIDERS.")
+    assert not hint_target_exists("See docs/reference/nowhere.md.")
+    assert not hint_target_exists("See the section TSLOCK_NOTHING of docs/reference/settings.md.")
+
+
+def test_each_hint_that_points_elsewhere_points_at_a_docs_page_that_exists() -> None:
+    """E001 and E009 used to send the reader to README sections that do not exist."""
+    from tslock_django.checks import check_journal, job_argument_messages
+
+    with override_settings(TSLOCK_PROVIDERS={"default": "db://"}):
+        messages = check_providers()
+    with override_settings(TSLOCK_JOURNAL="default"):
+        messages += check_journal()
+    with override_settings(TSLOCK_SCHEDULES={"report": {"schedule": "0 3 * *"}}):
+        messages += check_journal()
+    with override_settings(INSTALLED_APPS=[*settings.INSTALLED_APPS, "tests.badjobs"]):
+        messages += [m for m in job_argument_messages() if m.id == "tslock.E010"]
+    assert sorted(set(ids(messages))) == ["tslock.E001", "tslock.E009", "tslock.E010"]
+    for message in messages:
+        assert hint_target_exists(message.hint or ""), (message.id, message.hint)
+    assert "the section TSLOCK_SCHEDULES of" in (messages[2].hint or "")
+
+
+def test_no_hint_of_the_checks_names_a_page_that_does_not_exist() -> None:
+    """Every hint in checks.py, read from its source: a page it names through see() is a
+    docs page (its sections are checked above, where the messages are made), and no
+    hint sends the reader to the README."""
+    source = (Path(__file__).resolve().parent.parent / "tslock_django" / "checks.py").read_text(
+        encoding="utf-8"
+    )
+    tree = ast.parse(source)
+    pages = [
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "see"
+        and isinstance(node.args[0], ast.Constant)
+    ]
+    assert len(pages) >= 3
+    for page in pages:
+        assert (DOCS / page).is_file(), page
+    hints = [
+        ast.unparse(keyword.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        for keyword in node.keywords
+        if keyword.arg == "hint"
+    ]
+    assert hints and not [h for h in hints if "README" in h]

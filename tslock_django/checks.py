@@ -31,6 +31,18 @@ provider opens no connection.
 - tslock.E009: the run journal's settings are malformed: ``TSLOCK_JOURNAL`` is neither
   ``None`` nor ``{"using": <a DATABASES alias>}``, or an entry of ``TSLOCK_SCHEDULES``
   has a bad schedule or grace.
+- tslock.E010: a ``@locked_command`` or ``@locked_task`` has a bad argument (a duration,
+  a schedule, grace...), which makes its module fail to import, that is the job fail
+  when it first runs. Found by importing every command module and each app's ``tasks``
+  module (:mod:`tslock_django.job_modules`), which is far too slow for every command's
+  start: it runs in ``manage.py check`` (and ``manage.py test``, which runs it) and in
+  ``tslock check``, not at the start of other commands.
+- tslock.W001: a command or ``tasks`` module fails to import for another reason, so
+  its decorators could not be checked (checked when E010 is).
+
+Each hint that sends the reader elsewhere names a page of the documentation (``docs/``
+in the repository) through :func:`see`; a test holds every such page and section to
+exist.
 """
 
 from __future__ import annotations
@@ -66,7 +78,14 @@ def _entries() -> tuple[dict[str, dict[str, Any]] | None, list[CheckMessage]]:
     try:
         return provider_settings(), []
     except InvalidLockProvider as err:
-        return None, [Error(str(err), hint=f"See the README section on {SETTING}.", id="tslock.E001")]
+        return None, [Error(str(err), hint=see("reference/settings.md", SETTING), id="tslock.E001")]
+
+
+def see(page: str, section: str | None = None) -> str:
+    """A hint that sends the reader to ``page`` of the documentation (a path under
+    ``docs/``), or to one ``section`` of it (its heading, without markup)."""
+    where = f"docs/{page}" if section is None else f"the section {section} of docs/{page}"
+    return f"See {where}."
 
 
 @register()
@@ -316,11 +335,65 @@ def check_journal(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     from .journal.status import schedules_from_settings
 
     errors: list[CheckMessage] = []
-    for read in (journal_database, schedules_from_settings):
+    readers = (("TSLOCK_JOURNAL", journal_database), ("TSLOCK_SCHEDULES", schedules_from_settings))
+    for setting, read in readers:
         try:
             read()
         except ValueError as err:
-            errors.append(
-                Error(str(err), hint="See the README section on the run journal.", id="tslock.E009")
-            )
+            errors.append(Error(str(err), hint=see("reference/settings.md", setting), id="tslock.E009"))
     return errors
+
+
+#: Django's ``check`` command: loaded in a process that runs ``manage.py check`` or
+#: ``manage.py test`` (whose runner calls it), and not at the start of other commands.
+CHECK_COMMAND = "django.core.management.commands.check"
+
+
+@register()
+def check_job_arguments(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Bad ``@locked_command`` and ``@locked_task`` arguments (tslock.E010), and job
+    modules that fail to import otherwise (tslock.W001), when ``manage.py check`` runs.
+
+    Importing every command and tasks module of the project costs what those modules
+    import (milliseconds to seconds), where every other check costs under a millisecond
+    at each command's start; and at a command's start that command has been imported
+    already: a bad argument of its own has stopped it with the decorator's message
+    before the checks. So the check looks only when Django's ``check`` command is what
+    runs (``tslock check`` calls :func:`job_argument_messages` itself). Django gives a
+    check no other way to tell ``check`` from a command's start: both run every check
+    without a tag.
+    """
+    if CHECK_COMMAND not in sys.modules:
+        return []
+    return job_argument_messages(app_configs)
+
+
+def job_argument_messages(app_configs: Iterable[Any] | None = None) -> list[CheckMessage]:
+    """Import the job modules of ``app_configs`` (default: every installed app) and
+    report each bad decorator argument (E010: the job and the decorator's one-line
+    message) and each module that fails to import otherwise (W001)."""
+    from django.core.checks import Warning as CheckWarning
+
+    from .job_modules import find_problems
+
+    messages: list[CheckMessage] = []
+    for found in find_problems(app_configs):
+        if found.bad_argument:
+            messages.append(
+                Error(
+                    f"{found.job}: {found.problem}",
+                    hint="Its module fails to import, so the job fails whenever it runs. "
+                    + see("reference/durations.md"),
+                    id="tslock.E010",
+                )
+            )
+        else:
+            messages.append(
+                CheckWarning(
+                    f"{found.job} could not be imported ({found.problem}), so its tslock "
+                    "decorators were not checked",
+                    hint=f"Run '{found.how_to_see}' to see why.",
+                    id="tslock.W001",
+                )
+            )
+    return messages

@@ -8,7 +8,8 @@ Exit statuses: 0 when the command ran or was skipped because the lock is held;
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
@@ -73,17 +74,19 @@ def locked_command(
     (for its ``fencing_token``).
 
     Raises:
-        ValueError: bad durations, ``on_locked``, ``schedule`` or ``grace`` (when
-            decorating: at import).
+        ValueError: (``InvalidJobArgument``) bad durations, ``on_locked``,
+            ``max_wait``, ``schedule`` or ``grace``, when the decorator runs: at import.
+            ``manage.py check`` reports it ahead of time (tslock.E010).
     """
-    if on_locked not in ("skip", "fail"):
-        raise ValueError(f"on_locked must be 'skip' or 'fail', got {on_locked!r}")
-    # Validate the durations now, so a typo fails at import, not at 3 a.m.
-    LockConfiguration("probe", lock_at_most_for, lock_at_least_for)
-    wait_cap = parse_duration(max_wait, field="max_wait")
-    if schedule is None and grace is not None:
-        raise ValueError("grace is given without a schedule; give schedule= too (e.g. schedule='1h')")
-    job_schedule = parse_schedule(schedule, grace) if schedule is not None else None
+    # Validate everything now, so a typo fails at import, not at 3 a.m.
+    with invalid_job_argument():
+        if on_locked not in ("skip", "fail"):
+            raise ValueError(f"on_locked must be 'skip' or 'fail', got {on_locked!r}")
+        LockConfiguration("probe", lock_at_most_for, lock_at_least_for)
+        wait_cap = parse_duration(max_wait, field="max_wait")
+        if schedule is None and grace is not None:
+            raise ValueError("grace is given without a schedule; give schedule= too (e.g. schedule='1h')")
+        job_schedule = parse_schedule(schedule, grace) if schedule is not None else None
 
     def decorate(cls: C) -> C:
         if not (isinstance(cls, type) and issubclass(cls, BaseCommand)):
@@ -164,6 +167,30 @@ def locked_command(
         return cls
 
     return decorate
+
+
+class InvalidJobArgument(ValueError):
+    """An argument of ``@locked_command`` or ``@locked_task`` that cannot be used, raised
+    when the decorator runs (when the job's module is imported). The message is one line
+    that names the argument and says what it accepts.
+
+    A class of its own so that ``manage.py check``, which imports the project's commands
+    and tasks modules, tells a bad argument (tslock.E010) from a module that fails to
+    import for another reason.
+    """
+
+
+@contextmanager
+def invalid_job_argument() -> Iterator[None]:
+    """Raise a ``ValueError`` from the validation inside as :class:`InvalidJobArgument`,
+    with the same message and without the validators' frames, so that the traceback a
+    job's import prints ends at the decorator's line."""
+    try:
+        yield
+    except InvalidJobArgument:
+        raise
+    except ValueError as err:
+        raise InvalidJobArgument(str(err)) from None
 
 
 def did_not_run(refused: LockHeld, job: str) -> str:

@@ -27,7 +27,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
-from .decorators import did_not_run
+from .decorators import did_not_run, invalid_job_argument
 from .exceptions import LockHeld
 from .guard import GuardedRun
 from .journal.schedules import Schedule, parse_schedule
@@ -87,8 +87,10 @@ def locked_task(
     through the provider's async methods, as :class:`~tslock_django.alock` does.
 
     Raises:
-        ValueError: at decoration: bad durations, ``on_locked``, ``schedule`` or
-            ``grace``, or a name template naming an argument the function does not take.
+        ValueError: (``InvalidJobArgument``) at decoration, that is at import: bad
+            durations, ``on_locked``, ``schedule`` or ``grace``, or a name template naming
+            an argument the function does not take. ``manage.py check`` reports it ahead
+            of time (tslock.E010) for the ``tasks`` module of each installed app.
         TypeError: at decoration: not a function, or an async generator function (its
             body runs as it is iterated, after the call has returned).
 
@@ -97,23 +99,24 @@ def locked_task(
         LockProviderError, InvalidLockProvider: the store failed; the function did not run.
         ValueError: the name cannot be made from the arguments.
     """
-    if on_locked not in ("skip", "raise"):
-        raise ValueError(f"on_locked must be 'skip' or 'raise', got {on_locked!r}")
-    # Validate the durations now, so a typo fails at import, not in a worker at 3 a.m.
-    LockConfiguration("probe", lock_at_most_for, lock_at_least_for)
-    if schedule is None and grace is not None:
-        raise ValueError("grace is given without a schedule; give schedule= too (e.g. schedule='1h')")
-    if name is not None and not (isinstance(name, str) or callable(name)):
-        raise ValueError(f"name must be a string, a format string or a callable, got {name!r}")
-    policy = _Policy(
-        lock_at_most_for=lock_at_most_for,
-        lock_at_least_for=lock_at_least_for,
-        name=name,
-        using=using,
-        keep_alive=keep_alive,
-        on_locked=on_locked,
-        schedule=parse_schedule(schedule, grace) if schedule is not None else None,
-    )
+    # Validate everything now, so a typo fails at import, not in a worker at 3 a.m.
+    with invalid_job_argument():
+        if on_locked not in ("skip", "raise"):
+            raise ValueError(f"on_locked must be 'skip' or 'raise', got {on_locked!r}")
+        LockConfiguration("probe", lock_at_most_for, lock_at_least_for)
+        if schedule is None and grace is not None:
+            raise ValueError("grace is given without a schedule; give schedule= too (e.g. schedule='1h')")
+        if name is not None and not (isinstance(name, str) or callable(name)):
+            raise ValueError(f"name must be a string, a format string or a callable, got {name!r}")
+        policy = _Policy(
+            lock_at_most_for=lock_at_most_for,
+            lock_at_least_for=lock_at_least_for,
+            name=name,
+            using=using,
+            keep_alive=keep_alive,
+            on_locked=on_locked,
+            schedule=parse_schedule(schedule, grace) if schedule is not None else None,
+        )
 
     def decorate(func: Callable[P, T]) -> Callable[P, T | None]:
         if not inspect.isfunction(func):
@@ -125,7 +128,8 @@ def locked_task(
             )
         signature = inspect.signature(func)
         if isinstance(name, str):
-            _check_template(name, signature, func)
+            with invalid_job_argument():
+                _check_template(name, signature, func)
 
         if inspect.iscoroutinefunction(func):
 

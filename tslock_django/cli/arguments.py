@@ -4,7 +4,11 @@ message saying what would be right, and Django's own options after a subcommand.
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from ..core.durations import parse_duration
 
@@ -86,3 +90,57 @@ def accept_django_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pythonpath", default=hidden, help=hidden)
     for flag in ("--traceback", "--no-color", "--force-color", "--skip-checks"):
         parser.add_argument(flag, action="store_true", default=hidden, help=hidden)
+
+
+#: A value that argparse would take for an option: a dash then a digit (``-5s``,
+#: ``-1h30m``, ``-.5s``). argparse reads only plain negative numbers (``-5``) as values.
+_DASHED_VALUE = re.compile(r"-\.?\d")
+
+
+def read_dashed_values(parser: argparse.ArgumentParser) -> None:
+    """Read the word after an option that takes a value as that value when it starts
+    with a dash and a digit: ``--at-most-for -5s`` as ``--at-most-for=-5s``.
+
+    argparse takes ``-5s`` for an unknown option and stops with "expected one argument",
+    which does not say what is wrong; read as the value, the option's type says it
+    (a duration must not be negative). Words after ``--`` are left alone. Call it on a
+    subcommand's parser before its options are added: it notes, as each is added, which
+    options take one value (not flags such as ``--json``, before a name like ``-5``).
+    """
+    valued: set[str] = set()
+    add_argument = parser.add_argument
+    parse_known_args = parser.parse_known_args
+
+    def add(*args: Any, **kwargs: Any) -> argparse.Action:
+        action = add_argument(*args, **kwargs)
+        if action.option_strings and action.nargs is None:
+            valued.update(action.option_strings)
+        return action
+
+    def parse(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        return parse_known_args(
+            _attach_dashed_values(sys.argv[1:] if args is None else args, valued), namespace
+        )
+
+    parser.add_argument = add  # type: ignore[method-assign]
+    parser.parse_known_args = parse  # type: ignore[method-assign,assignment]
+
+
+def _attach_dashed_values(words: Sequence[str], valued: set[str]) -> list[str]:
+    attached: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            attached.extend(words[index:])
+            break
+        following = words[index + 1] if index + 1 < len(words) else ""
+        if word in valued and _DASHED_VALUE.match(following):
+            attached.append(f"{word}={following}")
+            index += 2
+        else:
+            attached.append(word)
+            index += 1
+    return attached

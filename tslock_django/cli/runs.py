@@ -1,5 +1,10 @@
 """``tslock runs [NAME] [--outcome O] [--limit N] [--json]``: the journal's runs, newest
-first (a name's history, or every name's)."""
+first (a name's history, or every name's).
+
+The table shows each run's provider (the alias of the store that held its lock) when
+that can differ between runs: when more than one provider is configured, or a run
+listed was locked on a provider other than the one configured. ``--json`` always has it.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ..conf import providers
 from ..core.decode import visible
 from ..core.times import format_time
+from ..exceptions import InvalidLockProvider
 from ..journal import outcomes
 from ..journal.recorder import from_db, journal_database
 from ..journal.status import outcome_now, runs
@@ -88,11 +95,23 @@ def handle(command: BaseCommand, **options: Any) -> None:
     if not rows:
         command.stdout.write("No runs.")
         return
+    with_provider = _show_provider(rows)
     for run, row in zip(found, rows, strict=True):
         duration = "-" if row["duration"] is None else f"{row['duration']:.2f}s"
         extra = row["detail"] or (f"held by {row['held_by']}" if row["held_by"] else "")
         started = format_time(from_db(run.started_at))  # type: ignore[arg-type]
+        provider = f"{visible(row['provider'])}  " if with_provider else ""
         command.stdout.write(
-            f"{started}  {visible(row['name'])}  {row['outcome']:<9}  {duration:>9}  "
+            f"{started}  {visible(row['name'])}  {provider}{row['outcome']:<9}  {duration:>9}  "
             f"{visible(row['host'] or '-')}:{row['pid'] or '-'}  {visible(extra)}".rstrip()
         )
+
+
+def _show_provider(rows: list[dict[str, Any]]) -> bool:
+    """Whether the provider column tells anything: more than one provider configured,
+    or a run locked on one that is not (or no longer) the configured one."""
+    try:
+        configured = set(providers.aliases())
+    except InvalidLockProvider:
+        configured = set()  # the system checks report it; the runs are still worth showing
+    return len(configured | {row["provider"] for row in rows}) > 1

@@ -6,7 +6,8 @@ what it does in full):
         current locks of every configured provider (or one), page by page.
     ``release NAME --provider A [--fencing-token N | --token T] [--yes]``: force-release
         a lock, conditional on the holding when a condition is given.
-    ``check``: one harmless query per provider; exit status 1 if any fails.
+    ``check``: one harmless query per provider, and every job module imported; exit
+        status 1 if a provider fails or a job has a bad decorator argument.
     ``purge [--expired-for 30d] [--runs-older-than 90d] [--provider A] [--dry-run]
         [--batch-size N]``: delete the lock records that expired longer ago than that, and
         the journal's runs older than that.
@@ -31,7 +32,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from ...cli import SUBCOMMANDS
-from ...cli.arguments import MAX_BATCH, MAX_FENCING_TOKEN, accept_django_options
+from ...cli.arguments import MAX_BATCH, MAX_FENCING_TOKEN, accept_django_options, read_dashed_values
 
 # Where these names lived before the subcommands had modules of their own; kept so
 # that code importing them from here still works.
@@ -66,6 +67,7 @@ class Command(BaseCommand):
         # in a subcommand is a CommandError under call_command and a usage line in a shell.
         for name, subcommand in SUBCOMMANDS.items():
             subparser = sub.add_parser(name, help=subcommand.HELP)
+            read_dashed_values(subparser)
             subcommand.add_arguments(subparser)
             accept_django_options(subparser)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tslock_django import locked_command
 
@@ -19,6 +19,11 @@ class Command(BaseCommand):
         parser.add_argument("--seconds", type=float, default=3.0, help="how long the work takes")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["seconds"] < 0:
+            # Refused in handle, not by the parser, so that the run is journaled as failed:
+            # the overdue how-to uses it as a job that fails. A CommandError is one line
+            # on stderr, where any other exception would print a traceback.
+            raise CommandError(f"--seconds must be 0 or more, got {options['seconds']:g}")
         held = self.lock  # type: ignore[attr-defined]
         self.stdout.write(
             f"ran: building the report as {held.record.locked_by} (fencing token {held.fencing_token})"

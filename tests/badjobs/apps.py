@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BadJobsConfig(AppConfig):
+    name = "tests.badjobs"
+    label = "badjobs"

@@ -129,10 +129,11 @@ def _record_failure(trace: Any, span: Any, exc: BaseException | None, exit_statu
     if exc is not None:
         kind = type(exc)
         message = exception_message(exc)
+        shown = "(its message could not be read)" if message is None else hide_secrets(message)
         module = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
         attributes = {
             "exception.type": module + kind.__qualname__,
-            "exception.message": "(its message could not be read)" if message is None else hide_secrets(message),
+            "exception.message": shown,
         }
         stacktrace = _stacktrace(exc)
         if stacktrace:

@@ -279,7 +279,7 @@ def _patterns() -> tuple[tuple[re.Pattern[str], Any], ...]:
     )
     authorization = re.compile(
         r"""(?P<head>\b(?:proxy-)?authorization\\?["']?\s*[:=]\s*\\?["']?)"""
-        r"""(?P<scheme>(?:bearer|basic|token|digest|negotiate|apikey)\s+)?(?P<value>[^\s"',;\\]+)""",
+        r"""(?P<scheme>(?:bearer|basic|token|digest|negotiate|apikey)\s+)?(?P<value>[^\s"',;\\)\]}]+)""",
         re.IGNORECASE,
     )
     credential = re.compile(

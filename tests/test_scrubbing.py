@@ -90,3 +90,9 @@ def test_a_configured_secret_shorter_than_the_minimum_is_not_masked_in_free_text
         assert hide_secrets(f"job {short} done") == f"job {short} done"
         # A pattern still finds it where it is said to be a password.
         assert hide_secrets(f"password={short}") == "password=***"
+
+
+def test_an_empty_secret_key_is_nothing_to_hide_not_an_error() -> None:
+    # Django refuses to read an empty SECRET_KEY; a job that fails must still be described.
+    with override_settings(SECRET_KEY=""):
+        assert hide_secrets("ValueError: password=abc123") == "ValueError: password=***"

@@ -140,9 +140,8 @@ MIN_SECRET_CHARS = 6
 
 #: OPTIONS of ``TSLOCK_PROVIDERS`` whose values are secrets (``token``, ``api_token``,
 #: a third-party provider's ``password`` or ``secret_key``); not ``key_prefix``.
-SECRET_OPTION_NAMES = re.compile(
-    r"token|secret|pass|api_?key|auth|credential|signature|private", re.IGNORECASE
-)
+#: (A pattern's text: compiled on first use, which most runs never reach.)
+SECRET_OPTION_NAMES = r"(?i)token|secret|pass|api_?key|auth|credential|signature|private"
 
 #: The settings :func:`configured_secrets` reads; a change of any of them resets it.
 SECRET_SETTINGS = ("TSLOCK_PROVIDERS", "DATABASES", "CACHES", "SECRET_KEY", "SECRET_KEY_FALLBACKS")
@@ -192,7 +191,7 @@ def _database_passwords(entry: Mapping[str, Any]) -> list[str]:
 def _collect(
     providers: object, databases: object, caches: object, key: object, fallbacks: object
 ) -> list[str]:
-    found = provider_secrets(providers, caches, SECRET_OPTION_NAMES)
+    found = provider_secrets(providers, caches, re.compile(SECRET_OPTION_NAMES))
     if isinstance(databases, Mapping):
         for entry in databases.values():
             if isinstance(entry, Mapping):
@@ -220,11 +219,19 @@ def configured_secrets() -> tuple[str, ...]:
     return _known_now()[1]
 
 
-def _known_now() -> tuple[tuple[object, ...], tuple[str, ...], tuple[str, ...]]:
+def _setting(name: str) -> object:
     from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
 
+    try:
+        return getattr(settings, name, None)
+    except ImproperlyConfigured:  # an empty SECRET_KEY: nothing to hide there
+        return None
+
+
+def _known_now() -> tuple[tuple[object, ...], tuple[str, ...], tuple[str, ...]]:
     global _known
-    current = tuple(getattr(settings, name, None) for name in SECRET_SETTINGS)
+    current = tuple(_setting(name) for name in SECRET_SETTINGS)
     known = _known
     if known is None or any(a is not b for a, b in zip(known[0], current, strict=True)):
         _listen()

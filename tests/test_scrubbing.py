@@ -96,3 +96,17 @@ def test_an_empty_secret_key_is_nothing_to_hide_not_an_error() -> None:
     # Django refuses to read an empty SECRET_KEY; a job that fails must still be described.
     with override_settings(SECRET_KEY=""):
         assert hide_secrets("ValueError: password=abc123") == "ValueError: password=***"
+
+
+class DeclaresItsSecret:
+    """A third-party provider whose secret option has a name no pattern knows."""
+
+    secret_options = frozenset({"dsn"})
+
+
+def test_an_option_a_provider_declares_secret_is_masked_whatever_its_name() -> None:
+    backend = f"{__name__}.{DeclaresItsSecret.__qualname__}"
+    third = {"BACKEND": backend, "OPTIONS": {"dsn": "opaque-blob-7781"}}
+    with override_settings(TSLOCK_PROVIDERS={"third": third}):
+        assert "opaque-blob-7781" in configured_secrets()
+        assert hide_secrets("could not use opaque-blob-7781") == "could not use ***"

@@ -153,8 +153,9 @@ _listening = False
 
 def provider_secrets(configured: object, caches: object, hidden: re.Pattern[str]) -> list[str]:
     """The secrets a ``TSLOCK_PROVIDERS`` setting (``configured``) holds: its OPTIONS
-    values whose names ``hidden`` matches, the passwords of the URLs among its OPTIONS,
-    and those of the ``CACHES`` entries its ``cache`` options name."""
+    values whose names ``hidden`` matches or that the backend declares secret (its
+    ``secret_options``), the passwords of the URLs among its OPTIONS, and those of the
+    ``CACHES`` entries its ``cache`` options name."""
     found: list[str] = []
     if not isinstance(configured, Mapping):
         return found
@@ -162,10 +163,11 @@ def provider_secrets(configured: object, caches: object, hidden: re.Pattern[str]
         options = entry.get("OPTIONS") if isinstance(entry, Mapping) else None
         if not isinstance(options, Mapping):
             continue
+        declared = _declared_secret_options(entry.get("BACKEND"))
         for key, value in options.items():
             if not isinstance(value, str) or not value:
                 continue
-            if isinstance(key, str) and hidden.search(key):
+            if isinstance(key, str) and (key in declared or hidden.search(key)):
                 found.append(value)
             if "://" in value:
                 found += url_passwords(value)
@@ -173,6 +175,20 @@ def provider_secrets(configured: object, caches: object, hidden: re.Pattern[str]
         if isinstance(cache, str) and isinstance(caches, Mapping) and isinstance(caches.get(cache), Mapping):
             found += cache_passwords(caches[cache])
     return found
+
+
+def _declared_secret_options(backend: object) -> frozenset[str]:
+    """The ``secret_options`` a provider class declares; none for a backend that cannot
+    be imported (the settings' check reports that, not this)."""
+    if not isinstance(backend, str):
+        return frozenset()
+    from django.utils.module_loading import import_string
+
+    try:
+        declared = getattr(import_string(backend), "secret_options", ())
+    except Exception:  # noqa: BLE001 - a broken setting is not this function's to report
+        return frozenset()
+    return frozenset(name for name in declared if isinstance(name, str))
 
 
 def _database_passwords(entry: Mapping[str, Any]) -> list[str]:

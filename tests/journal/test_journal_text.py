@@ -169,10 +169,35 @@ def test_an_unprintable_exception_reaches_the_caller_unchanged_and_is_described_
     assert row.detail == "Unprintable (its message could not be read)"
 
 
-def test_one_warning_line_per_missed_write_in_a_project_without_logging(tmp_path: Path) -> None:
-    # A project of the fewest settings: no LOGGING, and a journal whose table was never made.
+# LOGGING as projects write it: none (Python's last resort prints warnings on stderr), a
+# console handler on stderr (the demo project's), a file (the line must still reach stderr).
+CONSOLE = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"tslock_django": {"handlers": ["console"], "level": "WARNING"}},
+}
+
+
+def logging_to_a_file(path: Path) -> dict[str, object]:
+    return {
+        "version": 1,
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(path)}},
+        "root": {"handlers": ["file"], "level": "WARNING"},
+    }
+
+
+@pytest.mark.parametrize("logging", ["none", "console", "file"])
+def test_one_warning_line_per_missed_write_whatever_logging_says(tmp_path: Path, logging: str) -> None:
+    # A project of the fewest settings and a journal whose table was never made.
     database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "db")}
     memory = {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"}
+    log_file = tmp_path / "log.txt"
+    configured = {
+        "none": "",
+        "console": f"LOGGING = {CONSOLE!r}",
+        "file": f"LOGGING = {logging_to_a_file(log_file)!r}",
+    }
     (tmp_path / "bare_settings.py").write_text(
         textwrap.dedent(
             f"""
@@ -185,6 +210,8 @@ def test_one_warning_line_per_missed_write_in_a_project_without_logging(tmp_path
             USE_TZ = True
             """
         )
+        + configured[logging]
+        + "\n"
     )
     env = {
         **os.environ,
@@ -202,3 +229,5 @@ def test_one_warning_line_per_missed_write_in_a_project_without_logging(tmp_path
     assert done.returncode == 0 and done.stdout == "done\n", done.stderr
     warnings = [line for line in done.stderr.splitlines() if "the journal missed this run" in line]
     assert len(warnings) == 1, done.stderr
+    if logging == "file":
+        assert "the journal missed this run" in log_file.read_text(), "and logged where LOGGING says"

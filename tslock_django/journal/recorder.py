@@ -235,20 +235,23 @@ class RunRecorder:
                 self._warn_missed(err)
 
     def _warn_missed(self, err: Exception) -> None:
-        """One warning line for a missed write: on the run's stream (the command's
-        stderr, or ``sys.stderr``), where whoever runs the job sees it; and through the
-        ``tslock_django`` logger when logging has a handler for it. Without one (a project
-        without ``LOGGING``), Python's last-resort handler would print the same line on
-        stderr a second time, so it is not logged then."""
+        """One warning line for a missed write, printed once: through the
+        ``tslock_django`` logger when logging has a handler for it, and on the run's
+        stream (the command's stderr, or ``sys.stderr``) unless one of those handlers
+        already prints on that same file. Without any handler (a project without
+        ``LOGGING``) it is not logged: Python's last-resort handler would print it on
+        stderr a second time."""
         # One line, whatever the driver's message spans.
         text = cut(" ".join(hide_secrets(message_of(err)).split()), 300)
         line = (
             f"tslock: the journal missed this run of {self.name!r} ({text}); the job itself was not affected"
         )
+        stream = self.stream or sys.stderr
         if logger.hasHandlers():
             logger.warning(line)
-        with contextlib.suppress(OSError, ValueError):  # a closed stream must not fail the job
-            (self.stream or sys.stderr).write(line + "\n")
+        if not _printed_by_logging(stream):
+            with contextlib.suppress(OSError, ValueError):  # a closed stream must not fail the job
+                stream.write(line + "\n")
 
     def _job(self, now: datetime, **changes: Any) -> None:
         """Update the name's ``Job`` row with ``changes`` (and the provider and schedule
@@ -384,6 +387,32 @@ class RunRecorder:
         else:
             fields["runs_failed"] = F("runs_failed") + 1
         Job.objects.using(self.using).filter(name=self.name, last_run_id=self.run_id).update(**fields)
+
+
+def _file_of(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())  # a command's stderr answers for the stream it wraps
+    except (AttributeError, OSError, ValueError):  # a StringIO has no file
+        return None
+
+
+def _printed_by_logging(stream: Any) -> bool:
+    """Whether a handler of the ``tslock_django`` logger prints its warnings on the file
+    that ``stream`` writes to (a ``StreamHandler`` on stderr, as ``LOGGING`` often has)."""
+    target = _file_of(stream)
+    if target is None or not logger.isEnabledFor(logging.WARNING):
+        return False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if (
+                isinstance(handler, logging.StreamHandler)
+                and handler.level <= logging.WARNING
+                and _file_of(handler.stream) == target
+            ):
+                return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 def _holder(record: Any | None) -> str:

@@ -78,6 +78,9 @@ DATABASES["unreachable"] = {
     "USER": "postgres",
     "HOST": "127.0.0.1",
     "PORT": "9",
+    # A configured password, which the journal's scrubber must mask wherever it shows
+    # (tests/test_scrubbing.py); nothing ever connects far enough to send it.
+    "PASSWORD": "unreachable-db-password",
     "OPTIONS": {"connect_timeout": 2},
     "TEST": {"DEPENDENCIES": []},
 }

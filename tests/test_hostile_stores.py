@@ -29,7 +29,7 @@ from tslock_django.conf import providers
 from tslock_django.core import decode
 from tslock_django.core.query import LockQuery
 from tslock_django.core.records import LockRecord, UnreadableRecord
-from tslock_django.core.secrets import MASK, scrub, secret_forms
+from tslock_django.core.scrubbing import MASK, scrub, secret_forms
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
 from tslock_django.providers.cloudflare_kv import KVLockProvider

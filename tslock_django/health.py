@@ -24,6 +24,8 @@ from typing import Any
 from django.db import DatabaseError
 from health_check.exceptions import ServiceReturnedUnexpectedResult, ServiceUnavailable
 
+from .core.scrubbing import hide_secrets
+
 try:  # django-health-check 4.x
     from health_check.base import HealthCheck as _Base
 except ImportError:  # pragma: no cover - 3.x, whose base class moved between releases
@@ -76,7 +78,7 @@ class TslockHealthCheck(_Base):  # type: ignore[misc,valid-type]
         """Raise django-health-check's error for the first kind of problem found."""
         failed, overdue = problems()
         if failed:
-            raise ServiceUnavailable("; ".join(failed))
+            raise ServiceUnavailable(hide_secrets("; ".join(failed)))
         if overdue:
             shown = ", ".join(overdue[:NAMED])
             more = f" and {len(overdue) - NAMED} more" if len(overdue) > NAMED else ""

@@ -17,7 +17,7 @@ On top of Django's rules it:
   ``redis://:password@host`` or a provider URL under any other name does not show either;
 - hides, in every value it shows (text, bytes, and the ``repr`` of any other object),
   the secrets configured in ``TSLOCK_PROVIDERS``, whatever variable holds them, in any
-  escaped form (:func:`tslock_django.core.secrets.scrub`): the OPTIONS whose names
+  escaped form (:func:`tslock_django.core.scrubbing.scrub`): the OPTIONS whose names
   Django hides, such as ``token`` and ``api_token``; the password of every URL among
   the OPTIONS (a Redis ``url``), as written and decoded (``p%40ss`` and ``p@ss``); and
   the passwords of the ``CACHES`` entry a Redis provider's ``cache`` option names (its
@@ -41,7 +41,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.views.debug import SafeExceptionReporterFilter
 
-from .core.secrets import cache_passwords, scrub, url_passwords
+from .core.scrubbing import provider_secrets, scrub
 
 #: ``scheme://user:password@`` -> ``scheme://***@``.
 _USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^/@\s'\"]+@", re.IGNORECASE)
@@ -100,30 +100,8 @@ class TslockExceptionReporterFilter(SafeExceptionReporterFilter):
         """The secrets ``TSLOCK_PROVIDERS`` configures: its OPTIONS values whose names
         Django hides, the passwords of the URLs among its OPTIONS, and those of the
         ``CACHES`` entries its ``cache`` options name."""
-        found: list[str] = []
         configured = getattr(settings, "TSLOCK_PROVIDERS", None)
-        if not isinstance(configured, Mapping):
-            return found
-        caches = getattr(settings, "CACHES", None)
-        for entry in configured.values():
-            options = entry.get("OPTIONS") if isinstance(entry, Mapping) else None
-            if not isinstance(options, Mapping):
-                continue
-            for key, value in options.items():
-                if not isinstance(value, str) or not value:
-                    continue
-                if isinstance(key, str) and self.hidden_settings.search(key):
-                    found.append(value)
-                if "://" in value:
-                    found += url_passwords(value)
-            cache = options.get("cache")
-            if (
-                isinstance(cache, str)
-                and isinstance(caches, Mapping)
-                and isinstance(caches.get(cache), Mapping)
-            ):
-                found += cache_passwords(caches[cache])
-        return found
+        return provider_secrets(configured, getattr(settings, "CACHES", None), self.hidden_settings)
 
 
 class _Masked:
@@ -136,9 +114,3 @@ class _Masked:
 
     def __repr__(self) -> str:
         return self._shown
-
-
-def configured_secrets() -> list[str]:
-    """Every secret configured in ``TSLOCK_PROVIDERS``, as the filter hides them: for
-    other text that must not carry one (the journal's ``detail``)."""
-    return TslockExceptionReporterFilter()._configured_secrets()

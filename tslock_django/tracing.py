@@ -8,6 +8,12 @@ runs the span is the current one, so the job's own spans (database queries, HTTP
 are its children. It starts when the lock is asked for, so a skip or a store error is a
 span too (a short one).
 
+A failure is an ``exception`` event (``exception.type``, ``exception.message``,
+``exception.stacktrace``, as OpenTelemetry's semantic conventions name them) and an error
+status whose description is the journal's ``detail``, all scrubbed like the journal's
+text (:func:`tslock_django.core.scrubbing.hide_secrets`). The exception object itself is
+never handed to the API: ``record_exception`` would export its message unscrubbed.
+
 Spans are made only where the project uses OpenTelemetry, that is where something in the
 process has imported ``opentelemetry.trace`` (the SDK's set-up, an instrumentation,
 ``opentelemetry-instrument``). Where nothing has, no tracer provider can have been set and
@@ -70,15 +76,16 @@ class RunSpan:
         span.set_attribute("tslock.outcome", "skipped")
         held_by = getattr(holder, "locked_by", None)
         if held_by:
-            span.set_attribute("tslock.held_by", str(held_by))
+            from .core.scrubbing import hide_secrets
+
+            span.set_attribute("tslock.held_by", hide_secrets(str(held_by)))
         span.end()
 
     def errored(self, err: BaseException) -> None:
         """The store failed: a span that ends at once, outcome ``error``, status error."""
         span = self._open()
         span.set_attribute("tslock.outcome", "error")
-        span.record_exception(err)
-        span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, type(err).__name__))
+        _record_failure(self._trace, span, err)
         span.end()
 
     def started(self, held: Any) -> None:
@@ -102,11 +109,8 @@ class RunSpan:
         span.set_attribute("tslock.outcome", "failed" if failed else "succeeded")
         if exit_status is not None:
             span.set_attribute("tslock.exit_status", exit_status)
-        if exc is not None:
-            span.record_exception(exc)
         if failed:
-            reason = type(exc).__name__ if exc is not None else f"exit status {exit_status}"
-            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, reason))
+            _record_failure(self._trace, span, exc, exit_status)
         if self._token is not None:
             from opentelemetry import context
 
@@ -115,3 +119,33 @@ class RunSpan:
             context.detach(self._token)
             self._token = None
         span.end()
+
+
+def _record_failure(trace: Any, span: Any, exc: BaseException | None, exit_status: int | None = None) -> None:
+    """The span's ``exception`` event (for ``exc``) and its error status, scrubbed."""
+    from .core.scrubbing import hide_secrets
+    from .journal.recorder import describe_failure, exception_message
+
+    if exc is not None:
+        kind = type(exc)
+        message = exception_message(exc)
+        shown = "(its message could not be read)" if message is None else hide_secrets(message)
+        module = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
+        attributes = {
+            "exception.type": module + kind.__qualname__,
+            "exception.message": shown,
+        }
+        stacktrace = _stacktrace(exc)
+        if stacktrace:
+            attributes["exception.stacktrace"] = hide_secrets(stacktrace)
+        span.add_event("exception", attributes)
+    span.set_status(trace.Status(trace.StatusCode.ERROR, describe_failure(exc, exit_status=exit_status)))
+
+
+def _stacktrace(exc: BaseException) -> str:
+    import traceback
+
+    try:
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # noqa: BLE001 - a trace without its stack rather than a job that fails
+        return ""

@@ -456,3 +456,32 @@ def test_locks_rows_have_no_runs_link_when_the_journal_is_off(
     with override_settings(TSLOCK_JOURNAL=None):
         html = viewer.get(locks_url).content.decode()
     assert "tslock-runs-link" not in html
+
+
+def test_both_pages_show_the_journals_text_scrubbed_also_from_rows_written_unscrubbed(
+    viewer: Client, runs_url: str, run_history_url: str
+) -> None:
+    # Rows as a release that stored details unscrubbed wrote them.
+    secrets = ("Pg-pass-4417", "eyJhbGciOiJIUzI1NiJ9.e30", "unreachable-db-password", "hunter2-pw")
+    detail = (
+        "RuntimeError: postgres://app:Pg-pass-4417@db/app; Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30;"
+        " DATABASES password unreachable-db-password"
+    )
+    job("leaky", schedule="1h", outcome=outcomes.FAILED, started=M, detail=detail)
+    run(
+        "leaky",
+        outcome=outcomes.FAILED,
+        detail=detail,
+        held_by="web:1 password=hunter2-pw",
+        locked_by="web:1",
+    )
+    runs_page = unescape(viewer.get(runs_url).content.decode())
+    history = unescape(viewer.get(run_history_url, {"name": "leaky"}).content.decode())
+    for html in (runs_page, history):
+        for secret in secrets:
+            assert secret not in html
+        assert (
+            "RuntimeError: postgres://app:***@db/app; Authorization: Bearer ***; DATABASES password ***"
+            in html
+        )
+    assert "web:1 password=***" in history

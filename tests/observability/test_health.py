@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.test import RequestFactory
@@ -17,8 +18,10 @@ from health_check.exceptions import ServiceReturnedUnexpectedResult, ServiceUnav
 
 from tests.admin.journal_rows import job
 from tests.admin.tslock_test_providers import MEMORY, FailingProvider, path_of
+from tslock_django.exceptions import LockProviderError
 from tslock_django.health import TslockHealthCheck
 from tslock_django.journal import outcomes
+from tslock_django.providers.memory import MemoryLockProvider
 
 H = timedelta(hours=1)
 M = timedelta(minutes=1)
@@ -96,3 +99,26 @@ def test_the_health_check_view_runs_it() -> None:
     status, body = ask()
     assert status == 500
     assert "1 scheduled job overdue: late (late)" in body["TslockHealthCheck"]
+
+
+class LeakyStore(MemoryLockProvider):
+    """A third-party store whose error quotes its connection URL, password and all."""
+
+    def query(self, query: Any) -> Any:
+        raise LockProviderError(
+            "could not connect to redis://:r3dis-pw-9911@cache:6379/0 (Authorization: Bearer tok-123456789)",
+            alias=self.alias,
+        )
+
+
+@pytest.mark.django_db
+def test_the_message_is_scrubbed_like_the_journals_text() -> None:
+    leaky = {"BACKEND": path_of(LeakyStore)}
+    with (
+        override_settings(TSLOCK_PROVIDERS={"default": MEMORY, "leaky": leaky}),
+        pytest.raises(ServiceUnavailable) as raised,
+    ):
+        TslockHealthCheck().check()
+    message = str(raised.value)
+    assert "r3dis-pw-9911" not in message and "tok-123456789" not in message
+    assert "redis://:***@cache:6379/0 (Authorization: Bearer ***)" in message

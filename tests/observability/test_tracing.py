@@ -81,6 +81,70 @@ def test_skips_and_store_errors_are_spans_too(spans: InMemorySpanExporter) -> No
     assert span.status.status_code is StatusCode.ERROR
 
 
+EDGE_TOKEN = "edge-token-that-the-journal-masks"
+
+
+def everything_exported(span: Any) -> str:
+    """Every text of a finished span that an exporter sends."""
+    texts = [span.name, span.status.description or "", *map(str, span.attributes.values())]
+    for event in span.events:
+        texts += [event.name, *map(str, event.attributes.values())]
+    return "\n".join(texts)
+
+
+def test_a_failed_runs_span_carries_the_scrubbed_message_never_the_exception(
+    spans: InMemorySpanExporter,
+) -> None:
+    edge = {
+        "BACKEND": "tslock_django.providers.cloudflare_do.DurableObjectLockProvider",
+        "OPTIONS": {"url": "http://127.0.0.1:9", "token": EDGE_TOKEN},
+    }
+    secrets = ("Pg-pass-4417", "hunter2-pw", EDGE_TOKEN)
+
+    @lock("leaky", "1m", journal=True)
+    def job() -> None:
+        raise RuntimeError(f"postgres://app:Pg-pass-4417@db failed; password=hunter2-pw; token {EDGE_TOKEN}")
+
+    with override_settings(TSLOCK_PROVIDERS={"default": MEMORY, "edge": edge}), pytest.raises(RuntimeError):
+        job()
+    span = only(spans)
+    exported = everything_exported(span)
+    for secret in secrets:
+        assert secret not in exported
+    [event] = span.events
+    assert event.name == "exception"
+    assert event.attributes["exception.type"] == "RuntimeError"
+    assert event.attributes["exception.message"] == "postgres://app:***@db failed; password=***; token ***"
+    assert (
+        event.attributes["exception.stacktrace"]
+        .rstrip()
+        .endswith("RuntimeError: postgres://app:***@db failed; password=***; token ***")
+    )
+    assert span.status.description == "RuntimeError: postgres://app:***@db failed; password=***; token ***"
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise AttributeError("no message here")
+
+
+def test_an_unprintable_exception_is_traced_by_its_class_and_reaches_the_caller(
+    spans: InMemorySpanExporter,
+) -> None:
+    raised = Unprintable()
+
+    @lock("unprintable", "1m", journal=True)
+    def job() -> None:
+        raise raised
+
+    with pytest.raises(Unprintable) as caught:
+        job()
+    assert caught.value is raised
+    [event] = only(spans).events
+    assert event.attributes["exception.type"] == f"{__name__}.Unprintable"
+    assert event.attributes["exception.message"] == "(its message could not be read)"
+
+
 def test_the_jobs_own_spans_are_children_of_the_run(spans: InMemorySpanExporter) -> None:
     with lock("parent", "1m", journal=True), trace.get_tracer("the.job").start_as_current_span("query"):
         pass

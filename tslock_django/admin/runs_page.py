@@ -11,6 +11,10 @@ page, the page says so and its Next link goes on from where the reading stopped.
 
 A name's history reads ``tslock_run`` through its ``(name, started_at)`` index, newest
 first, with ``(started_at, id)`` keyset pages.
+
+The journal's text (a run's detail, holders, a status's reason) is shown scrubbed
+(:func:`~tslock_django.core.scrubbing.hide_secrets`), so rows written before it was
+scrubbed where it is stored show no secret either.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.template.response import TemplateResponse
 from django.utils.http import urlencode
 
+from ..core.scrubbing import hide_secrets
 from ..journal import outcomes
 from ..journal.models import Job, Run
 from ..journal.recorder import from_db, journal_database, to_db
@@ -117,7 +122,7 @@ class JobRow:
 
     @property
     def status_title(self) -> str:
-        return self.status.reason if self.status else "not scheduled"
+        return hide_secrets(self.status.reason) if self.status else "not scheduled"
 
     @property
     def schedule_label(self) -> str:
@@ -178,6 +183,18 @@ class RunRow:
     @property
     def started_at(self) -> datetime | None:
         return from_db(self.run.started_at)
+
+    @property
+    def detail(self) -> str:
+        return hide_secrets(self.run.detail)
+
+    @property
+    def locked_by(self) -> str:
+        return hide_secrets(self.run.locked_by)
+
+    @property
+    def held_by(self) -> str:
+        return hide_secrets(self.run.held_by)
 
     @property
     def finished_at(self) -> datetime | None:

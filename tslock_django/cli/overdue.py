@@ -1,6 +1,7 @@
 """``tslock overdue [--json]``: the scheduled names that are late, failing or new, with
 the reason; exit status 1 when any is late or failing (for cron monitors and readiness
-probes), 0 otherwise."""
+probes), 0 otherwise. Reasons quote the journal's details, and are shown scrubbed
+(:func:`~tslock_django.core.scrubbing.hide_secrets`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ..core.decode import visible
+from ..core.scrubbing import hide_secrets
 from ..journal.recorder import journal_database
 from ..journal.status import ALERTING, statuses
 
@@ -40,14 +42,16 @@ def handle(command: BaseCommand, **options: Any) -> None:
     except ValueError as err:  # TSLOCK_JOURNAL or TSLOCK_SCHEDULES malformed
         raise CommandError(str(err)) from err
     except DatabaseError as err:
-        raise CommandError(f"the journal's database failed: {type(err).__name__}: {err}") from err
+        failure = hide_secrets(f"{type(err).__name__}: {err}")
+        raise CommandError(f"the journal's database failed: {failure}") from err
     alerting = any(s.status in ALERTING for s in found)
     if options["json"]:
-        command.stdout.write(json.dumps([s.as_json() for s in found], ensure_ascii=True))
+        shown = [{**s.as_json(), "reason": hide_secrets(s.reason)} for s in found]
+        command.stdout.write(json.dumps(shown, ensure_ascii=True))
     elif not found:
         command.stdout.write("Every scheduled job is on time.")
     else:
         for s in found:
-            command.stdout.write(f"{s.status:<8} {visible(s.name)}: {visible(s.reason)}")
+            command.stdout.write(f"{s.status:<8} {visible(s.name)}: {visible(hide_secrets(s.reason))}")
     if alerting:
         raise CommandError("scheduled jobs are late or failing (listed above)", returncode=1)

@@ -1,5 +1,7 @@
 """``tslock runs [NAME] [--outcome O] [--limit N] [--json]``: the journal's runs, newest
-first (a name's history, or every name's).
+first (a name's history, or every name's). Details and holders are shown scrubbed
+(:func:`~tslock_django.core.scrubbing.hide_secrets`), also those of rows written before
+the journal scrubbed what it stores.
 
 The table shows each run's provider (the alias of the store that held its lock) when
 that can differ between runs: when more than one provider is configured, or a run
@@ -16,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ..conf import providers
 from ..core.decode import visible
+from ..core.scrubbing import hide_secrets
 from ..core.times import format_time
 from ..exceptions import InvalidLockProvider
 from ..journal import outcomes
@@ -63,10 +66,10 @@ def as_json(run: Any, outcome: str) -> dict[str, Any]:
         "duration": run.duration,
         "host": run.host,
         "pid": run.pid,
-        "locked_by": run.locked_by,
+        "locked_by": hide_secrets(run.locked_by),
         "fencing_token": run.fencing_token,
-        "held_by": run.held_by or None,
-        "detail": run.detail or None,
+        "held_by": hide_secrets(run.held_by) or None,
+        "detail": hide_secrets(run.detail) or None,
     }
 
 
@@ -86,7 +89,8 @@ def handle(command: BaseCommand, **options: Any) -> None:
     try:
         found = runs(using, name=options["name"], outcome=options["outcome"], limit=options["limit"])
     except DatabaseError as err:
-        raise CommandError(f"the journal's database {using!r} failed: {type(err).__name__}: {err}") from err
+        failure = hide_secrets(f"{type(err).__name__}: {err}")
+        raise CommandError(f"the journal's database {using!r} failed: {failure}") from err
     now = datetime.now(timezone.utc)
     rows = [as_json(run, outcome_now(run.outcome, from_db(run.deadline), now)) for run in found]
     if options["json"]:

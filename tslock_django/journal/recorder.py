@@ -3,9 +3,10 @@
 A run is written twice: when it starts (``running``, in one transaction with its
 ``Job`` row) and when it ends (``succeeded``, ``failed``; again one transaction). A
 skip or a store error is one write. A journal that cannot be written never changes the
-job: the job runs, skips or fails exactly as it would without a journal, and one
-warning line (stderr and the ``tslock_django`` logger) says that the journal missed
-the run.
+job: the job runs, skips or fails exactly as it would without a journal, with the
+same exception and exit status, and one warning line (see ``RunRecorder._warn_missed``)
+says that the journal missed the run. Text that a database cannot hold (NUL, a lone
+surrogate) is replaced before it is written, so it never costs a run its row.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -28,7 +30,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import F
 from django.utils import timezone as dj_timezone
 
-from ..core.secrets import cut, scrub
+from ..core.scrubbing import cut, hide_secrets
 from . import outcomes, postgresql
 from .schedules import Schedule
 
@@ -88,24 +90,48 @@ def from_db(value: datetime | None) -> datetime | None:
     return value.astimezone(timezone.utc)
 
 
-def secrets_to_hide() -> list[str]:
-    """The provider secrets that no journal ``detail`` may carry."""
-    from ..reporting import configured_secrets
+#: What no database column can hold: NUL (PostgreSQL refuses it in text) and a lone
+#: surrogate (what Python makes of a file name that is not UTF-8; no encoder takes it).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
-    return configured_secrets()
+
+def storable(text: str) -> str:
+    """``text`` with what no database can store (NUL, lone surrogates) replaced by
+    U+FFFD, the replacement character; the rest is kept as it is."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def exception_message(exc: BaseException) -> str | None:
+    """``str(exc)``, or ``None`` when the exception's ``__str__`` raises."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - any failure of a job's own __str__
+        return None
+
+
+def message_of(exc: BaseException) -> str:
+    """``exc``'s class and message (``"ValueError: no"``, or the class alone for an
+    empty message); for an exception whose ``__str__`` raises, its class and a note
+    that its message could not be read."""
+    name = type(exc).__name__
+    message = exception_message(exc)
+    if message is None:
+        return f"{name} (its message could not be read)"
+    return f"{name}: {message}" if message else name
 
 
 def describe_failure(exc: BaseException | None = None, *, exit_status: int | None = None) -> str:
-    """The ``detail`` of a failed run: the exception's class and message, or the
-    program's exit status; scrubbed of provider secrets and cut to ``DETAIL_LIMIT``."""
+    """The ``detail`` of a failed run: the exception's class and message
+    (:func:`message_of`), or the program's exit status; scrubbed of secrets
+    (:func:`~tslock_django.core.scrubbing.hide_secrets`), made storable
+    (:func:`storable`) and cut to ``DETAIL_LIMIT``."""
     if exc is not None:
-        message = str(exc)
-        text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+        text = message_of(exc)
     elif exit_status is not None and exit_status < 0:
         text = f"killed by signal {-exit_status}"
     else:
         text = f"exit status {exit_status}"
-    return cut(scrub(text, secrets_to_hide()), DETAIL_LIMIT)
+    return cut(storable(hide_secrets(text)), DETAIL_LIMIT)
 
 
 class RunRecorder:
@@ -138,13 +164,12 @@ class RunRecorder:
 
     def skipped(self, holder: Any | None) -> None:
         """The lock was held elsewhere: one finished ``skipped`` row."""
-        held_by = str(getattr(holder, "locked_by", "") or "")[:255]
-        self._write(lambda now: self._single(now, outcomes.SKIPPED, held_by=held_by))
+        self._write(lambda now: self._single(now, outcomes.SKIPPED, held_by=_holder(holder)))
 
     def errored(self, err: BaseException) -> None:
         """The store failed and the job did not run: one finished ``error`` row."""
-        detail = describe_failure(err)
-        self._write(lambda now: self._single(now, outcomes.ERROR, detail=detail))
+        # Described inside the write's guard: nothing the journal does reaches the job.
+        self._write(lambda now: self._single(now, outcomes.ERROR, detail=describe_failure(err)))
 
     def started(self, held: Any) -> None:
         """The lock is ours and the job is about to run: the ``running`` row."""
@@ -169,15 +194,20 @@ class RunRecorder:
         self._forget_active()
         if self.run_id is None:  # the start was not written; the warning is out already
             return
-        failed = exc is not None or (exit_status is not None and exit_status != 0)
-        outcome = outcomes.FAILED if failed else outcomes.SUCCEEDED
-        detail = describe_failure(exc, exit_status=exit_status) if failed else ""
-        if lock_lost:
-            ended = f"it ended {outcome}" + (f" ({detail})" if detail else "")
-            detail = cut(f"keep-alive could not keep the lock while the job ran; {ended}", DETAIL_LIMIT)
-            outcome = outcomes.LOST
         duration = time.monotonic() - self._started
-        self._write(lambda now: self._finish(now, outcome, duration, detail))
+
+        def finish(now: datetime) -> None:
+            # Described inside the write's guard: nothing the journal does reaches the job.
+            failed = exc is not None or (exit_status is not None and exit_status != 0)
+            outcome = outcomes.FAILED if failed else outcomes.SUCCEEDED
+            detail = describe_failure(exc, exit_status=exit_status) if failed else ""
+            if lock_lost:
+                ended = f"it ended {outcome}" + (f" ({detail})" if detail else "")
+                detail = cut(f"keep-alive could not keep the lock while the job ran; {ended}", DETAIL_LIMIT)
+                outcome = outcomes.LOST
+            self._finish(now, outcome, duration, detail)
+
+        self._write(finish)
 
     def not_run(self, err: BaseException) -> None:
         """The lock was taken but the job never started (its caller was cancelled on
@@ -221,15 +251,27 @@ class RunRecorder:
             if not conn.in_atomic_block:
                 with contextlib.suppress(Exception):  # only tidying after the warning's cause
                     conn.close_if_unusable_or_obsolete()
-            # One line, whatever the driver's message spans.
-            text = cut(" ".join(scrub(f"{type(err).__name__}: {err}", secrets_to_hide()).split()), 300)
-            line = (
-                f"tslock: the journal missed this run of {self.name!r} ({text}); "
-                "the job itself was not affected"
-            )
+            with contextlib.suppress(Exception):  # the warning, too, must not reach the job
+                self._warn_missed(err)
+
+    def _warn_missed(self, err: Exception) -> None:
+        """One warning line for a missed write, printed once: through the
+        ``tslock_django`` logger when logging has a handler for it, and on the run's
+        stream (the command's stderr, or ``sys.stderr``) unless one of those handlers
+        already prints on that same file. Without any handler (a project without
+        ``LOGGING``) it is not logged: Python's last-resort handler would print it on
+        stderr a second time."""
+        # One line, whatever the driver's message spans.
+        text = cut(" ".join(hide_secrets(message_of(err)).split()), 300)
+        line = (
+            f"tslock: the journal missed this run of {self.name!r} ({text}); the job itself was not affected"
+        )
+        stream = self.stream or sys.stderr
+        if logger.hasHandlers():
             logger.warning(line)
+        if not _printed_by_logging(stream):
             with contextlib.suppress(OSError, ValueError):  # a closed stream must not fail the job
-                (self.stream or sys.stderr).write(line + "\n")
+                stream.write(line + "\n")
 
     def _job(self, now: datetime, **changes: Any) -> None:
         """Update the name's ``Job`` row with ``changes`` (and the provider and schedule
@@ -285,7 +327,7 @@ class RunRecorder:
             with connections[self.using].cursor() as cursor:
                 self.run_id = postgresql.start(
                     cursor, self._described(now), host=_HOST, pid=os.getpid(),
-                    locked_by=str(record.locked_by or "")[:255], fencing_token=held.fencing_token,
+                    locked_by=_holder(record), fencing_token=held.fencing_token,
                     deadline=to_db(deadline),
                 )  # fmt: skip
             return
@@ -302,7 +344,7 @@ class RunRecorder:
             started_at=to_db(now),
             host=_HOST,
             pid=os.getpid(),
-            locked_by=str(record.locked_by or "")[:255],
+            locked_by=_holder(record),
             fencing_token=held.fencing_token,
             deadline=to_db(deadline),
         )
@@ -367,6 +409,38 @@ class RunRecorder:
         else:
             fields["runs_failed"] = F("runs_failed") + 1
         Job.objects.using(self.using).filter(name=self.name, last_run_id=self.run_id).update(**fields)
+
+
+def _file_of(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())  # a command's stderr answers for the stream it wraps
+    except (AttributeError, OSError, ValueError):  # a StringIO has no file
+        return None
+
+
+def _printed_by_logging(stream: Any) -> bool:
+    """Whether a handler of the ``tslock_django`` logger prints its warnings on the file
+    that ``stream`` writes to (a ``StreamHandler`` on stderr, as ``LOGGING`` often has)."""
+    target = _file_of(stream)
+    if target is None or not logger.isEnabledFor(logging.WARNING):
+        return False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if (
+                isinstance(handler, logging.StreamHandler)
+                and handler.level <= logging.WARNING
+                and _file_of(handler.stream) == target
+            ):
+                return True
+        current = current.parent if current.propagate else None
+    return False
+
+
+def _holder(record: Any | None) -> str:
+    """A record's ``locked_by`` (written by whoever holds the lock, in a store anyone
+    with access may write) as the journal can store it."""
+    return storable(str(getattr(record, "locked_by", "") or ""))[:255]
 
 
 def begin(

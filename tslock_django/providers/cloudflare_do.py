@@ -23,7 +23,7 @@ from ..core.durations import to_milliseconds
 from ..core.provider import Guarantee, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord
-from ..core.secrets import scrub, secret_forms
+from ..core.scrubbing import scrub, secret_forms
 from ..core.steps import SteppedPrimitives, drive
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms

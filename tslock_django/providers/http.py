@@ -22,7 +22,7 @@ import httpcore
 import httpx
 
 from ..core import decode
-from ..core.secrets import cut, scrub
+from ..core.scrubbing import cut, scrub
 from ..exceptions import LockProviderError, LockRateLimited
 
 #: As many idle keep-alive connections as open ones. With fewer (httpx keeps 20 by
@@ -435,7 +435,7 @@ def error_for_status(
 
     ``detail`` is what the server said about it (its error message); every form of
     ``secrets`` in it is masked before it is cut to length (see
-    :func:`tslock_django.core.secrets.scrub`)."""
+    :func:`tslock_django.core.scrubbing.scrub`)."""
     cls = LockRateLimited if response.status_code == 429 else LockProviderError
     hint = {
         401: "the store refused the credentials; check the token",

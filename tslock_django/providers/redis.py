@@ -35,7 +35,7 @@ from ..core.configuration import LockConfiguration
 from ..core.provider import Guarantee, LockProvider, SimpleLock, new_token
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
-from ..core.secrets import cache_passwords, cut, scrub, url_passwords
+from ..core.scrubbing import cache_passwords, cut, scrub, url_passwords
 from ..core.steps import SteppedPrimitives, drive
 from ..exceptions import LockProviderError
 from . import redis_replies as replies
@@ -173,7 +173,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
     def _scrub(self, text: str, tokens: Sequence[str] = ()) -> str:
         """``text`` without the password nor ``tokens`` (the lock tokens a command
         sent), in any form an echo can give them (see
-        :func:`tslock_django.core.secrets.scrub`)."""
+        :func:`tslock_django.core.scrubbing.scrub`)."""
         return scrub(text, [*self._passwords, *tokens])
 
     def __repr__(self) -> str:

@@ -21,6 +21,7 @@ from tests.admin.tslock_test_providers import MEMORY
 from tslock_django import LockConfiguration
 from tslock_django.conf import providers
 from tslock_django.journal import outcomes
+from tslock_django.journal.models import Job
 
 pytestmark = pytest.mark.django_db
 
@@ -207,6 +208,8 @@ def test_names_scheduled_in_settings_that_never_ran_are_listed_on_the_first_page
         late_only = viewer.get(runs_url, {"status": "late"}).content.decode()
     assert 'id="never-run"' in html and 'data-name="never-ran"' in html
     assert 'id="never-run"' not in late_only
+    # Seen now: recorded, so that it turns late if it never runs.
+    assert Job.objects.get(name="never-ran").last_started_at is None
 
 
 # -- filters, search, pages ---------------------------------------------------------------
@@ -218,13 +221,14 @@ def test_filter_by_status(viewer: Client, runs_url: str) -> None:
     job("late-2", schedule="1h", grace=60, outcome=outcomes.FAILED, started=5 * H, success=9 * H)
     job("failing-1", schedule="1h", outcome=outcomes.FAILED, started=M, success=2 * H)
     job("new-1", schedule="1h", first_seen=M)
+    job("never-1", schedule="1h", first_seen=5 * H)  # never ran, first seen five periods ago
     job("plain", outcome=outcomes.SUCCEEDED, started=M, success=M)
 
     def shown(**params: str) -> list[str]:
         return names_of(viewer.get(runs_url, params).content.decode())
 
     assert shown(status="up") == ["up-1"]
-    assert shown(status="late") == ["late-1"]  # late-2's last run failed: failing comes first
+    assert shown(status="late") == ["late-1", "never-1"]  # late-2's last run failed: failing comes first
     assert shown(status="failing") == ["failing-1", "late-2"]
     assert shown(status="new") == ["new-1"]
     assert shown(status="unscheduled") == ["plain"]

@@ -37,6 +37,7 @@ from ..journal.status import (
     JobStatus,
     job_schedule,
     outcome_now,
+    record_first_seen,
     runs,
     schedules_from_settings,
     status_of,
@@ -254,7 +255,9 @@ def _status_filter(status: str, configured: set[str], now: datetime) -> Q:
         return scheduled & Q(last_started_at=None)
     if status == "failing":
         return scheduled & ~Q(last_started_at=None) & failing
-    return scheduled & ~Q(last_started_at=None) & ~failing  # up or late: the rule decides
+    if status == "late":  # a name that never ran too, once its first due time has passed
+        return scheduled & ~failing
+    return scheduled & ~Q(last_started_at=None) & ~failing  # up: the rule decides
 
 
 @dataclass
@@ -364,7 +367,9 @@ def never_run(
     if not wanted:
         return []
     seen = set(Job.objects.using(using).filter(name__in=wanted).values_list("name", flat=True))
-    return [_row(admin, name, None, configured, now) for name in sorted(wanted - seen)]
+    # Seen now for the first time: recorded, so that a name that never runs turns late.
+    first_seen = record_first_seen(using, wanted - seen, now)
+    return [_row(admin, name, first_seen.get(name), configured, now) for name in sorted(wanted - seen)]
 
 
 def render(admin: RunsAdmin, request: HttpRequest, extra_context: Mapping[str, Any] | None) -> HttpResponse:

@@ -24,7 +24,11 @@ ON_TIME, OVERDUE, UNREADABLE = 0, 1, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="one JSON array of flat objects")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON array of flat objects (nothing on stdout when the journal cannot be read)",
+    )
 
 
 def handle(command: BaseCommand, **options: Any) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from html import unescape
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.core.management import call_command
@@ -460,3 +461,26 @@ def test_locks_rows_have_no_runs_link_when_the_journal_is_off(
     with override_settings(TSLOCK_JOURNAL=None):
         html = viewer.get(locks_url).content.decode()
     assert "tslock-runs-link" not in html
+
+
+def test_a_name_longer_than_the_journal_column_links_from_locks_to_its_history(
+    viewer: Client, run_history_url: str, locks_url: str, settings: Any
+) -> None:
+    """Redis and memory take 1,024-byte names; the journal keeps a 750-character stand-in,
+    and the Locks page and the history find the name's runs by it."""
+    from tslock_django import lock
+    from tslock_django.journal.models import journal_name
+
+    settings.TSLOCK_PROVIDERS = {"default": MEMORY}
+    name = "long-" + "z" * 995
+    with lock(name, "1m", journal=True):
+        pass
+    held = providers["default"].lock(LockConfiguration(name, "10m"))
+    assert held is not None
+    locks = viewer.get(locks_url).content.decode()
+    link = re.search(r'<a href="([^"]*)" class="tslock-runs-link', locks)
+    assert link is not None
+    assert unescape(link.group(1)) == f"{run_history_url}?{urlencode({'name': journal_name(name)})}"
+    assert 'id="job-summary"' in viewer.get(unescape(link.group(1))).content.decode()
+    history = viewer.get(run_history_url, {"name": name}).content.decode()
+    assert 'id="job-summary"' in history and history_rows(history)[0][1] == "succeeded"

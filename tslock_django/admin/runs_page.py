@@ -29,7 +29,7 @@ from django.template.response import TemplateResponse
 from django.utils.http import urlencode
 
 from ..journal import outcomes
-from ..journal.models import Job, Run
+from ..journal.models import Job, Run, journal_name
 from ..journal.recorder import from_db, journal_database, to_db
 from ..journal.schedules import Schedule
 from ..journal.status import (
@@ -474,7 +474,7 @@ def history(admin: RunsAdmin, request: HttpRequest) -> HttpResponse:
                 next_url = "?" + urlencode({**base, BEFORE_VAR: encode_position(rows[-1].run)})
             if rows and (before or (after and more)):
                 previous_url = "?" + urlencode({**base, AFTER_VAR: encode_position(rows[0].run)})
-            job = Job.objects.using(using).filter(name=name).first()
+            job = Job.objects.using(using).filter(name=journal_name(name)).first()
             if job is not None or name in configured:
                 job_row = _row(admin, name, job, configured, now)
             if job is not None:

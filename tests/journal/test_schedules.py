@@ -9,9 +9,11 @@ import pytest
 from django.core.management.base import BaseCommand
 from django.test import override_settings
 
-from tslock_django import locked_command
+from tests.conftest import database_marks
+from tslock_django import lock, locked_command
 from tslock_django.journal import outcomes
 from tslock_django.journal.models import Job
+from tslock_django.journal.recorder import from_db
 from tslock_django.journal.schedules import configured_schedules, parse_schedule
 from tslock_django.journal.status import status_of, statuses
 
@@ -180,3 +182,25 @@ def test_the_journal_first_sees_a_configured_name_when_it_first_evaluates_it(jou
     [late] = statuses("default", now=T0 + timedelta(days=1, hours=3))
     assert late.name == "cron-only" and late.status == "late" and "never ran" in late.reason
     assert statuses("default", names=["cron-only"], now=T0 + timedelta(days=1, hours=3))[0].status == "late"
+
+
+@pytest.mark.parametrize(
+    "using",
+    [
+        pytest.param("default", marks=pytest.mark.django_db(databases=["default"], transaction=True)),
+        pytest.param("postgres", marks=database_marks("postgres", "PostgreSQL")),
+        pytest.param("mariadb", marks=database_marks("mariadb", "MariaDB")),
+    ],
+)
+def test_a_name_first_seen_by_an_evaluation_keeps_that_time_when_it_first_runs(using: str) -> None:
+    memory = {"default": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"}}
+    schedules = {"nightly": {"schedule": "1d"}}
+    journal = {"using": using}
+    with override_settings(TSLOCK_PROVIDERS=memory, TSLOCK_JOURNAL=journal, TSLOCK_SCHEDULES=schedules):
+        assert [s.status for s in statuses(using, now=T0)] == ["new"]
+        with lock("nightly", "1m", journal=True):
+            pass
+        [up] = statuses(using)
+    row = Job.objects.using(using).get(name="nightly")
+    assert from_db(row.first_seen_at) == T0 and row.runs_succeeded == 1
+    assert up.status == "up" and up.last_outcome == outcomes.SUCCEEDED

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from html import unescape
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.core.management import call_command
@@ -21,6 +22,7 @@ from tests.admin.tslock_test_providers import MEMORY
 from tslock_django import LockConfiguration
 from tslock_django.conf import providers
 from tslock_django.journal import outcomes
+from tslock_django.journal.models import Job
 
 pytestmark = pytest.mark.django_db
 
@@ -207,6 +209,8 @@ def test_names_scheduled_in_settings_that_never_ran_are_listed_on_the_first_page
         late_only = viewer.get(runs_url, {"status": "late"}).content.decode()
     assert 'id="never-run"' in html and 'data-name="never-ran"' in html
     assert 'id="never-run"' not in late_only
+    # Seen now: recorded, so that it turns late if it never runs.
+    assert Job.objects.get(name="never-ran").last_started_at is None
 
 
 # -- filters, search, pages ---------------------------------------------------------------
@@ -218,13 +222,14 @@ def test_filter_by_status(viewer: Client, runs_url: str) -> None:
     job("late-2", schedule="1h", grace=60, outcome=outcomes.FAILED, started=5 * H, success=9 * H)
     job("failing-1", schedule="1h", outcome=outcomes.FAILED, started=M, success=2 * H)
     job("new-1", schedule="1h", first_seen=M)
+    job("never-1", schedule="1h", first_seen=5 * H)  # never ran, first seen five periods ago
     job("plain", outcome=outcomes.SUCCEEDED, started=M, success=M)
 
     def shown(**params: str) -> list[str]:
         return names_of(viewer.get(runs_url, params).content.decode())
 
     assert shown(status="up") == ["up-1"]
-    assert shown(status="late") == ["late-1"]  # late-2's last run failed: failing comes first
+    assert shown(status="late") == ["late-1", "never-1"]  # late-2's last run failed: failing comes first
     assert shown(status="failing") == ["failing-1", "late-2"]
     assert shown(status="new") == ["new-1"]
     assert shown(status="unscheduled") == ["plain"]
@@ -485,3 +490,26 @@ def test_both_pages_show_the_journals_text_scrubbed_also_from_rows_written_unscr
             in html
         )
     assert "web:1 password=***" in history
+
+
+def test_a_name_longer_than_the_journal_column_links_from_locks_to_its_history(
+    viewer: Client, run_history_url: str, locks_url: str, settings: Any
+) -> None:
+    """Redis and memory take 1,024-byte names; the journal keeps a 750-character stand-in,
+    and the Locks page and the history find the name's runs by it."""
+    from tslock_django import lock
+    from tslock_django.journal.models import journal_name
+
+    settings.TSLOCK_PROVIDERS = {"default": MEMORY}
+    name = "long-" + "z" * 995
+    with lock(name, "1m", journal=True):
+        pass
+    held = providers["default"].lock(LockConfiguration(name, "10m"))
+    assert held is not None
+    locks = viewer.get(locks_url).content.decode()
+    link = re.search(r'<a href="([^"]*)" class="tslock-runs-link', locks)
+    assert link is not None
+    assert unescape(link.group(1)) == f"{run_history_url}?{urlencode({'name': journal_name(name)})}"
+    assert 'id="job-summary"' in viewer.get(unescape(link.group(1))).content.decode()
+    history = viewer.get(run_history_url, {"name": name}).content.decode()
+    assert 'id="job-summary"' in history and history_rows(history)[0][1] == "succeeded"

@@ -143,7 +143,8 @@ def test_a_write_is_one_statement_and_no_transaction_of_its_own() -> None:
 def test_inside_the_callers_transaction_a_failed_write_leaves_it_usable() -> None:
     """A journal write that fails inside the caller's atomic block runs in a savepoint:
     the caller's transaction goes on."""
-    run = recorder("x" * 300, one_statement=True)  # too long for the name column: the write fails
+    run = RunRecorder("x", "p" * 101, USING)  # too long for the provider column: the write fails
+    assert run._one_statement
     with transaction.atomic(using=USING):
         run.started(held("x", 1, datetime.now(timezone.utc) + timedelta(minutes=1)))
         assert run.missed

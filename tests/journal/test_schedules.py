@@ -9,9 +9,11 @@ import pytest
 from django.core.management.base import BaseCommand
 from django.test import override_settings
 
-from tslock_django import locked_command
+from tests.conftest import database_marks
+from tslock_django import lock, locked_command
 from tslock_django.journal import outcomes
 from tslock_django.journal.models import Job
+from tslock_django.journal.recorder import from_db
 from tslock_django.journal.schedules import configured_schedules, parse_schedule
 from tslock_django.journal.status import status_of, statuses
 
@@ -144,3 +146,61 @@ def test_statuses_list_configured_and_declared_names(journal_on: None) -> None:
     assert set(found) == {"cron-only", "declared"}
     assert found["cron-only"].status == "new" and found["declared"].schedule is not None
     assert found["declared"].as_json()["status"] == "new"
+
+
+def test_a_period_job_that_never_ran_is_new_until_its_first_due_time_plus_grace() -> None:
+    hourly = parse_schedule("1h", "10m")
+    seen = job(first_seen_at=T0)
+    new = status_of("j", seen, hourly, T0 + timedelta(minutes=69))
+    assert new.status == "new" and new.due_at == T0 + timedelta(hours=1), "within grace of the first due time"
+    late = status_of("j", seen, hourly, T0 + timedelta(minutes=71))
+    assert late.status == "late" and late.due_at == T0 + timedelta(hours=1)
+    assert late.reason.startswith("never ran (scheduled since 2026-06-01") and "grace 10m" in late.reason
+    skipped_only = job(first_seen_at=T0, last_attempt_at=T0, last_attempt_outcome=outcomes.SKIPPED)
+    assert status_of("j", skipped_only, hourly, T0 + timedelta(hours=2)).status == "late", "a skip is no run"
+
+
+@override_settings(TIME_ZONE="UTC")
+def test_a_cron_job_that_never_ran_is_late_after_the_first_due_time_since_first_seen() -> None:
+    nightly = parse_schedule("0 3 * * *", "1h")
+    seen = job(first_seen_at=datetime(2026, 6, 1, 3, 30, tzinfo=timezone.utc))  # just after a due time
+    first_due = datetime(2026, 6, 2, 3, 0, tzinfo=timezone.utc)
+    assert status_of("j", seen, nightly, datetime(2026, 6, 2, 3, 59, tzinfo=timezone.utc)).status == "new"
+    late = status_of("j", seen, nightly, datetime(2026, 6, 2, 4, 1, tzinfo=timezone.utc))
+    assert late.status == "late" and late.due_at == first_due and "never ran" in late.reason
+
+
+@pytest.mark.django_db
+def test_the_journal_first_sees_a_configured_name_when_it_first_evaluates_it(journal_on: None) -> None:
+    """A crontab line that was never installed: no run ever makes a row, so the first
+    evaluation records when the name was first seen, and a later one finds it late."""
+    assert statuses("default", now=T0)[0].status == "new"
+    assert Job.objects.get(name="cron-only").first_seen_at == T0
+    again = statuses("default", now=T0 + timedelta(hours=1))
+    assert Job.objects.get(name="cron-only").first_seen_at == T0, "first seen once"
+    assert again[0].status == "new" and again[0].due_at == T0 + timedelta(days=1)
+    [late] = statuses("default", now=T0 + timedelta(days=1, hours=3))
+    assert late.name == "cron-only" and late.status == "late" and "never ran" in late.reason
+    assert statuses("default", names=["cron-only"], now=T0 + timedelta(days=1, hours=3))[0].status == "late"
+
+
+@pytest.mark.parametrize(
+    "using",
+    [
+        pytest.param("default", marks=pytest.mark.django_db(databases=["default"], transaction=True)),
+        pytest.param("postgres", marks=database_marks("postgres", "PostgreSQL")),
+        pytest.param("mariadb", marks=database_marks("mariadb", "MariaDB")),
+    ],
+)
+def test_a_name_first_seen_by_an_evaluation_keeps_that_time_when_it_first_runs(using: str) -> None:
+    memory = {"default": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"}}
+    schedules = {"nightly": {"schedule": "1d"}}
+    journal = {"using": using}
+    with override_settings(TSLOCK_PROVIDERS=memory, TSLOCK_JOURNAL=journal, TSLOCK_SCHEDULES=schedules):
+        assert [s.status for s in statuses(using, now=T0)] == ["new"]
+        with lock("nightly", "1m", journal=True):
+            pass
+        [up] = statuses(using)
+    row = Job.objects.using(using).get(name="nightly")
+    assert from_db(row.first_seen_at) == T0 and row.runs_succeeded == 1
+    assert up.status == "up" and up.last_outcome == outcomes.SUCCEEDED

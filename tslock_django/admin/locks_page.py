@@ -193,10 +193,11 @@ def _with_runs_links(admin: LockAdmin, rows: list[LockRow]) -> list[LockRow]:
     page: one query for the page's names (their ``Job`` rows, by primary key). The
     journal is the project's database, not the stores: if it cannot be read, the Locks
     page still renders, without the links."""
-    from ..journal.models import Job
+    from ..journal.models import Job, journal_name
     from ..journal.recorder import journal_database
 
-    names = {row.record.name for row in rows if row.record.name}
+    # A name too long for the journal's column is journaled under its stand-in.
+    names = {journal_name(row.record.name) for row in rows if row.record.name}
     if not names or not admin.sibling_url("job", "history"):
         return rows
     try:
@@ -209,8 +210,8 @@ def _with_runs_links(admin: LockAdmin, rows: list[LockRow]) -> list[LockRow]:
         logger.warning("the Locks page could not link to the journal: %s", type(err).__name__)
         return rows
     return [
-        replace(row, runs_url=f"{history}?{urlencode({'name': row.record.name})}")
-        if row.record.name in journaled
+        replace(row, runs_url=f"{history}?{urlencode({'name': journal_name(row.record.name)})}")
+        if journal_name(row.record.name) in journaled
         else row
         for row in rows
     ]

@@ -34,7 +34,7 @@ from django.utils.http import urlencode
 
 from ..core.scrubbing import hide_secrets
 from ..journal import outcomes
-from ..journal.models import Job, Run
+from ..journal.models import Job, Run, journal_name
 from ..journal.recorder import from_db, journal_database, to_db
 from ..journal.schedules import Schedule
 from ..journal.status import (
@@ -42,6 +42,7 @@ from ..journal.status import (
     JobStatus,
     job_schedule,
     outcome_now,
+    record_first_seen,
     runs,
     schedules_from_settings,
     status_of,
@@ -272,7 +273,9 @@ def _status_filter(status: str, configured: set[str], now: datetime) -> Q:
         return scheduled & Q(last_started_at=None)
     if status == "failing":
         return scheduled & ~Q(last_started_at=None) & failing
-    return scheduled & ~Q(last_started_at=None) & ~failing  # up or late: the rule decides
+    if status == "late":  # a name that never ran too, once its first due time has passed
+        return scheduled & ~failing
+    return scheduled & ~Q(last_started_at=None) & ~failing  # up: the rule decides
 
 
 @dataclass
@@ -382,7 +385,9 @@ def never_run(
     if not wanted:
         return []
     seen = set(Job.objects.using(using).filter(name__in=wanted).values_list("name", flat=True))
-    return [_row(admin, name, None, configured, now) for name in sorted(wanted - seen)]
+    # Seen now for the first time: recorded, so that a name that never runs turns late.
+    first_seen = record_first_seen(using, wanted - seen, now)
+    return [_row(admin, name, first_seen.get(name), configured, now) for name in sorted(wanted - seen)]
 
 
 def render(admin: RunsAdmin, request: HttpRequest, extra_context: Mapping[str, Any] | None) -> HttpResponse:
@@ -487,7 +492,7 @@ def history(admin: RunsAdmin, request: HttpRequest) -> HttpResponse:
                 next_url = "?" + urlencode({**base, BEFORE_VAR: encode_position(rows[-1].run)})
             if rows and (before or (after and more)):
                 previous_url = "?" + urlencode({**base, AFTER_VAR: encode_position(rows[0].run)})
-            job = Job.objects.using(using).filter(name=name).first()
+            job = Job.objects.using(using).filter(name=journal_name(name)).first()
             if job is not None or name in configured:
                 job_row = _row(admin, name, job, configured, now)
             if job is not None:

@@ -1,7 +1,10 @@
 """``tslock overdue [--json]``: the scheduled names that are late, failing or new, with
-the reason; exit status 1 when any is late or failing (for cron monitors and readiness
-probes), 0 otherwise. Reasons quote the journal's details, and are shown scrubbed
-(:func:`~tslock_django.core.scrubbing.hide_secrets`)."""
+the reason. Exit status, for cron monitors and readiness probes: 0 when none is late or
+failing, 1 when any is, 2 when the journal could not be read (its database failed, it is
+off, or its settings are malformed): one line on stderr then says which database and
+why, and nothing goes to stdout, so that no reader takes an error for an empty list.
+Reasons quote the journal's details, and are shown scrubbed
+(:func:`~tslock_django.core.scrubbing.hide_secrets`), as is that line."""
 
 from __future__ import annotations
 
@@ -12,39 +15,33 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ..core.decode import visible
-from ..core.scrubbing import hide_secrets
+from ..core.scrubbing import cut, hide_secrets
 from ..journal.recorder import journal_database
-from ..journal.status import ALERTING, statuses
+from ..journal.status import ALERTING, JobStatus, statuses
 
-HELP = "List scheduled jobs that are late or failing (exit 1 when any is)."
+HELP = "List scheduled jobs that are late or failing (exit 1 when any is, 2 when the journal cannot be read)."
+
+#: Exit statuses.
+ON_TIME, OVERDUE, UNREADABLE = 0, 1, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="one JSON array of flat objects")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON array of flat objects (nothing on stdout when the journal cannot be read)",
+    )
 
 
 def handle(command: BaseCommand, **options: Any) -> None:
     """Print the overdue names.
 
     Raises:
-        CommandError: any is late or failing (exit status 1, after the list is printed);
-            the journal is off or its settings or database failed.
+        CommandError: exit status 1 when any is late or failing (after the list is
+            printed); exit status 2, printing nothing, when the journal is off or its
+            settings or database failed.
     """
-    from django.db import DatabaseError
-
-    try:
-        using = journal_database()
-        if using is None:
-            raise CommandError(
-                "the journal is off (TSLOCK_JOURNAL = None): tslock cannot tell whether jobs ran"
-            )
-        found = [s for s in statuses(using) if s.status != "up"]
-    except ValueError as err:  # TSLOCK_JOURNAL or TSLOCK_SCHEDULES malformed
-        raise CommandError(str(err)) from err
-    except DatabaseError as err:
-        failure = hide_secrets(f"{type(err).__name__}: {err}")
-        raise CommandError(f"the journal's database failed: {failure}") from err
-    alerting = any(s.status in ALERTING for s in found)
+    found = _read()
     if options["json"]:
         shown = [{**s.as_json(), "reason": hide_secrets(s.reason)} for s in found]
         command.stdout.write(json.dumps(shown, ensure_ascii=True))
@@ -53,5 +50,30 @@ def handle(command: BaseCommand, **options: Any) -> None:
     else:
         for s in found:
             command.stdout.write(f"{s.status:<8} {visible(s.name)}: {visible(hide_secrets(s.reason))}")
-    if alerting:
-        raise CommandError("scheduled jobs are late or failing (listed above)", returncode=1)
+    if any(s.status in ALERTING for s in found):
+        raise CommandError("scheduled jobs are late or failing (listed above)", returncode=OVERDUE)
+
+
+def _read() -> list[JobStatus]:
+    """The names that are not up, or a ``CommandError`` with exit status 2."""
+    from django.db import DatabaseError
+
+    try:
+        using = journal_database()
+    except ValueError as err:  # TSLOCK_JOURNAL malformed
+        raise CommandError(str(err), returncode=UNREADABLE) from err
+    if using is None:
+        raise CommandError(
+            "the journal is off (TSLOCK_JOURNAL = None): tslock cannot tell whether jobs ran",
+            returncode=UNREADABLE,
+        )
+    try:
+        return [s for s in statuses(using) if s.status != "up"]
+    except ValueError as err:  # TSLOCK_SCHEDULES malformed
+        raise CommandError(str(err), returncode=UNREADABLE) from err
+    except DatabaseError as err:
+        # Every DATABASES password is among the secrets hidden (and so is a URL's).
+        cause = " ".join(hide_secrets(f"{type(err).__name__}: {err}").split())
+        raise CommandError(
+            f"the journal could not be read from database {using!r}: {cut(cause, 300)}", returncode=UNREADABLE
+        ) from err

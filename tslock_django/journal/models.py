@@ -6,11 +6,34 @@ the project's record of its jobs, not the lock store's."""
 
 from __future__ import annotations
 
+import hashlib
+
 from django.db import models
 
 from . import outcomes
 
 OUTCOME_CHOICES = [(outcome, outcome) for outcome in outcomes.OUTCOMES]
+
+#: The longest name a journal row holds, in characters: the widest column that MariaDB
+#: and MySQL can index whole (3,072 bytes a key; utf8mb4 counts four bytes a character,
+#: and ``tslock_run``'s indexes add ``started_at`` and ``id``, or ``outcome``). It holds
+#: every name that Workers KV and Durable Objects accept (512 bytes with the prefix);
+#: longer names (Redis and memory take 1,024 bytes) are journaled under
+#: :func:`journal_name`.
+NAME_LENGTH = 750
+#: The characters of a digest that ends a name too long for the column.
+_DIGEST_LENGTH = 64
+
+
+def journal_name(name: str, length: int = NAME_LENGTH) -> str:
+    """The name a job is journaled under: ``name`` itself when it fits in ``length``
+    characters; otherwise its beginning, ``"…"`` and the SHA-256 of the whole name in
+    hex, ``length`` characters in all. Distinct names stay distinct, the stand-in sorts
+    near the name, and every run of the name lands on the same row."""
+    if len(name) <= length:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{name[: length - _DIGEST_LENGTH - 1]}\u2026{digest}"
 
 
 class Run(models.Model):
@@ -22,7 +45,7 @@ class Run(models.Model):
     it so."""
 
     id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=255)
+    name = models.CharField(max_length=NAME_LENGTH)
     provider = models.CharField(max_length=100)
     outcome = models.CharField(max_length=16, choices=OUTCOME_CHOICES)
     started_at = models.DateTimeField()
@@ -63,7 +86,7 @@ class Job(models.Model):
     """One row per lock name that has been journaled: its last run, last success,
     schedule (as its last run declared it) and run counts by outcome."""
 
-    name = models.CharField(max_length=255, primary_key=True)
+    name = models.CharField(max_length=NAME_LENGTH, primary_key=True)
     provider = models.CharField(max_length=100, blank=True)
     first_seen_at = models.DateTimeField()
     #: The schedule and grace its decorator declared (``TSLOCK_SCHEDULES`` overrides).

@@ -147,7 +147,10 @@ class RunRecorder:
         schedule: Schedule | None = None,
         stream: Writable | None = None,
     ) -> None:
-        self.name = name
+        from .models import journal_name
+
+        #: The name as journaled: a name too long for the journal's column gets its stand-in.
+        self.name = journal_name(name)
         self.alias = alias
         self.using = using
         self.schedule = schedule
@@ -483,11 +486,12 @@ _extensions_in_flight: set[asyncio.Task[None]] = set()
 
 
 def _record_extension(using: str, run_id: int, name: str, deadline: datetime) -> None:
-    from .models import Job, Run
+    from .models import Job, Run, journal_name
 
     try:
         Run.objects.using(using).filter(id=run_id, outcome=outcomes.RUNNING).update(deadline=deadline)
-        Job.objects.using(using).filter(name=name, last_run_id=run_id).update(last_deadline=deadline)
+        job = Job.objects.using(using).filter(name=journal_name(name), last_run_id=run_id)
+        job.update(last_deadline=deadline)
     except Exception as err:  # noqa: BLE001 - keep-alive must go on whatever the journal does
         logger.warning(
             "tslock: the journal could not record the extension of %r: %s", name, type(err).__name__

@@ -3,7 +3,10 @@ name's runs newest first; and a run's outcome as it stands now (``lost`` once a
 ``running`` row's deadline has passed).
 
 The status rule, like a check of healthchecks.io:
-- *new*: the name has never run (listed, not alerting);
+- *new*: the name has never run, and its first due time since the journal first saw
+  it has not passed by more than grace (listed, not alerting);
+- *late*, "never ran": the name has never run and that first due time plus grace has
+  passed (a crontab line that was never installed alerts);
 - *failing*: its last finished run failed or was lost;
 - *late*: a period schedule whose last success is older than one period plus grace; a
   cron schedule with no success since its last due time, once grace has passed (a
@@ -19,12 +22,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 
 from ..core.human import format_duration
 from ..core.times import format_time
 from . import outcomes
-from .models import Job, Run
+from .models import Job, Run, journal_name
 from .recorder import from_db, to_db
 from .schedules import Schedule, configured_schedules, parse_schedule
 
@@ -94,11 +98,10 @@ def job_schedule(job: Job | None, configured: Schedule | None) -> Schedule | Non
 
 
 def status_of(name: str, job: Job | None, schedule: Schedule | None, now: datetime) -> JobStatus:
-    """The status of one name at ``now`` (see the module's rule)."""
+    """The status of one name at ``now`` (see the module's rule). ``job`` is ``None``
+    for a name the journal has not seen before ``now``."""
     if job is None or job.last_started_at is None:
-        return JobStatus(
-            name, "new", "has never run", schedule, "", None, None, None, None, _first_due(schedule, now)
-        )
+        return _never_ran(name, job, schedule, now)
     started = from_db(job.last_started_at)
     assert started is not None  # checked above
     finished = from_db(job.last_finished_at)
@@ -147,25 +150,73 @@ def _due(
     return schedule.next_due(now)
 
 
-def _first_due(schedule: Schedule | None, now: datetime) -> datetime | None:
-    return schedule.next_due(now) if schedule is not None else None
+def _never_ran(name: str, job: Job | None, schedule: Schedule | None, now: datetime) -> JobStatus:
+    """A name without a run: ``new`` until its first due time after the journal first
+    saw it, plus grace; ``late`` after that."""
+    first_seen = (from_db(job.first_seen_at) if job is not None else None) or now
+    due = schedule.next_due(first_seen) if schedule is not None else None
+    common: dict[str, Any] = {
+        "schedule": schedule,
+        "last_outcome": "",
+        "last_started_at": None,
+        "last_finished_at": None,
+        "last_duration": None,
+        "last_success_at": None,
+        "due_at": due,
+        "provider": job.provider if job is not None else "",
+    }
+    if schedule is not None and due is not None and now > due + schedule.grace:
+        reason = (
+            f"never ran (scheduled since {format_time(first_seen)}; first due at {format_time(due)}, "
+            f"grace {format_duration(schedule.grace)})"
+        )
+        return JobStatus(name, "late", reason, **common)
+    return JobStatus(name, "new", "has never run", **common)
+
+
+def record_first_seen(using: str, names: set[str], now: datetime) -> dict[str, Job]:
+    """Record ``now`` as when the journal first saw each scheduled name of ``names``
+    that has no row, and return the rows as they now stand (another process may have
+    made one first). A name in ``TSLOCK_SCHEDULES`` may never run, so its row cannot
+    wait for a run: without one it would be ``new`` for ever. One insert for them all,
+    made only while rows are missing; a journal that cannot be written (a read-only
+    user, a replica) leaves them ``new`` from ``now`` instead of failing the reader."""
+    if not names:
+        return {}
+    jobs = Job.objects.using(using)
+    try:
+        with transaction.atomic(using=using):  # a savepoint inside a caller's transaction
+            jobs.bulk_create(
+                [Job(name=name, first_seen_at=to_db(now)) for name in sorted(names)], ignore_conflicts=True
+            )
+    except DatabaseError:
+        return {}
+    return {job.name: job for job in jobs.filter(name__in=names)}
 
 
 def statuses(
     using: str, *, now: datetime | None = None, names: Iterable[str] | None = None
 ) -> list[JobStatus]:
     """The status of every scheduled name (``TSLOCK_SCHEDULES`` and names whose runs
-    declared a schedule), or of ``names``, sorted by name. One query for the rows."""
+    declared a schedule), or of ``names``, sorted by name. One query for the rows, and
+    one write the first time a name of ``TSLOCK_SCHEDULES`` is seen (see
+    :func:`record_first_seen`). Names are matched as journaled (:func:`journal_name`).
+
+    Raises:
+        DatabaseError: the journal could not be read.
+        ValueError: ``TSLOCK_SCHEDULES`` is malformed.
+    """
     now = now or datetime.now(timezone.utc)
-    configured = schedules_from_settings()
+    configured = {journal_name(name): schedule for name, schedule in schedules_from_settings().items()}
     jobs = Job.objects.using(using)
     if names is not None:
-        wanted = set(names)
+        wanted = {journal_name(name) for name in names}
         rows = {job.name: job for job in jobs.filter(name__in=wanted)}
     else:
         rows = {job.name: job for job in jobs.exclude(schedule="")}
         rows.update({job.name: job for job in jobs.filter(name__in=set(configured) - set(rows))})
         wanted = set(rows) | set(configured)
+    rows.update(record_first_seen(using, {name for name in wanted if name in configured} - set(rows), now))
     found = []
     for name in sorted(wanted):
         job = rows.get(name)
@@ -189,7 +240,7 @@ def runs(
     deadline too."""
     query = Run.objects.using(using)
     if name is not None:
-        query = query.filter(name=name)
+        query = query.filter(name=journal_name(name))
     now = datetime.now(timezone.utc)
     if outcome == outcomes.LOST:
         query = query.filter(Q(outcome=outcomes.LOST) | Q(outcome=outcomes.RUNNING, deadline__lte=to_db(now)))

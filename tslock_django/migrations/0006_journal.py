@@ -11,11 +11,15 @@ def create_the_journal(apps: Any, schema_editor: Any) -> None:
     that check tslock.E007 advises for a dropped tslock_lock replays every migration of
     the app, and the journal (which it did not drop) must survive it whole."""
     existing = schema_editor.connection.introspection.table_names()
+    created = []
     for model_name in ("Job", "Run"):
         model = apps.get_model("tslock_django", model_name)
         if model._meta.db_table not in existing:
             schema_editor.create_model(model)
-    exact_names(schema_editor)
+            created.append(model._meta.db_table)
+    # Only the tables made here: a table that was there has its names set already, and
+    # 0009 may have widened them since (setting 255 again would fail on a long name).
+    exact_names(schema_editor, created)
 
 
 def drop_the_journal(apps: Any, schema_editor: Any) -> None:
@@ -26,12 +30,12 @@ def drop_the_journal(apps: Any, schema_editor: Any) -> None:
             schema_editor.delete_model(model)
 
 
-def exact_names(schema_editor: Any) -> None:
+def exact_names(schema_editor: Any, tables: Any = ("tslock_job", "tslock_run")) -> None:
     """Job names compare as the lock names do (0001, 0002): byte for byte. MySQL and
     MariaDB would otherwise make "Report" and "report " one job; PostgreSQL would sort
     the Runs page by a locale instead of code points."""
     connection = schema_editor.connection
-    for table in ("tslock_job", "tslock_run"):
+    for table in tables:
         if connection.vendor == "mysql":
             collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
             schema_editor.execute(

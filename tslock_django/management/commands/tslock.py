@@ -19,7 +19,7 @@ what it does in full):
         journaled (cron lines, Kubernetes CronJobs); exits with the program's status.
     ``runs [NAME] [--outcome O] [--limit N] [--json]``: the journal's runs, newest first.
     ``overdue [--json]``: scheduled jobs that are late, failing or new; exit status 1
-        when any is late or failing.
+        when any is late or failing, 2 when the journal cannot be read.
 
 This module only builds the subparsers from :data:`tslock_django.cli.SUBCOMMANDS` and
 dispatches to the chosen one.

@@ -166,6 +166,7 @@ class JournalCollector(Collector):
         # then the rest by name (an index range; the same names from one scrape to the
         # next, so no series come and go while nothing changes).
         chosen: dict[str, Job | None] = {job.name: job for job, _ in overdue.found}
+        alerting_names = set(chosen)
         for name in sorted(configured):
             if len(chosen) >= cap:
                 break
@@ -193,8 +194,8 @@ class JournalCollector(Collector):
             if job.last_duration is not None:
                 families["duration"].add_metric(labels, job.last_duration)
             schedule = job_schedule(job, configured.get(job.name))
-            if schedule is not None:
-                late = status_of(job.name, job, schedule, now).status in ALERTING
+            if name in alerting_names or schedule is not None:
+                late = name in alerting_names or status_of(name, job, schedule, now).status in ALERTING
                 labelled_overdue += late
                 families["overdue"].add_metric(labels, 1 if late else 0)
             for outcome, column in RUN_COUNTERS.items():

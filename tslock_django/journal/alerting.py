@@ -154,10 +154,9 @@ def _suspects(group: Group, now: datetime) -> Q | None:
         return None
     grace = timedelta(seconds=group.grace) if group.grace is not None else None
     try:
-        schedule = parse_schedule(group.schedule, grace)
-    except ValueError:  # what job_schedule does with it too: not scheduled
-        return None
-    threshold = late_before(schedule, now)
+        threshold = late_before(parse_schedule(group.schedule, grace), now)
+    except ValueError:  # a schedule an older release accepted: it can fail, not be late
+        threshold = None
     may_be_late = threshold is not None and group.oldest_since is not None and group.oldest_since < threshold
     if not may_be_late and not group.failing:
         return None

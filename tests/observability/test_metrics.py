@@ -325,3 +325,39 @@ def test_in_process_counters_label_at_most_the_cap_of_names() -> None:
         if "lock_name" in sample.labels
     }
     assert names == {"first", "second", metrics.OTHER}
+
+
+def test_purge_deletes_the_names_left_without_runs_unless_scheduled_in_settings() -> None:
+    from io import StringIO
+
+    from tests.admin.journal_rows import run
+    from tslock_django.journal.models import Job, Run
+
+    old = timedelta(days=100)
+    for name in ("only-skipped", "scheduled-only-skipped", "recent-skip"):
+        job(name, attempt=old, attempt_outcome=outcomes.SKIPPED, first_seen=old)
+    run("only-skipped", outcome=outcomes.SKIPPED, started=old)
+    run("scheduled-only-skipped", outcome=outcomes.SKIPPED, started=old)
+    run("recent-skip", outcome=outcomes.SKIPPED, started=old)
+    run("recent-skip", outcome=outcomes.SKIPPED, started=M)
+    ran = run("ran-long-ago", started=old)
+    job("ran-long-ago", outcome=outcomes.SUCCEEDED, started=old, first_seen=old, last_run_id=ran.id)
+    job("never-seen-run", first_seen=M)  # a name whose first run is starting now
+
+    def purge(*extra: str) -> str:
+        out = StringIO()
+        with override_settings(TSLOCK_SCHEDULES={"scheduled-only-skipped": {"schedule": "1d"}}):
+            call_command("tslock", "purge", "--runs-older-than", "90d", *extra, stdout=out)
+        return out.getvalue()
+
+    assert "journal: would delete 1 name without a run left" in purge("--dry-run")
+    assert Job.objects.filter(name="only-skipped").exists()
+    assert "journal: deleted 1 name without a run left" in purge()
+    assert sorted(Job.objects.values_list("name", flat=True)) == [
+        "never-seen-run",
+        "ran-long-ago",  # its latest run is kept, so is its name
+        "recent-skip",
+        "scheduled-only-skipped",
+    ]
+    assert not Run.objects.filter(name="only-skipped").exists()
+    assert "without a run left" not in purge()  # nothing more to delete: no line about names

@@ -40,10 +40,26 @@ def every_kind_of_row() -> None:
     on_time = before(AT - 10 * M)
     long_ago = before(AT - 5 * H)
     job("period-up", schedule="1h", outcome=outcomes.SUCCEEDED, started=on_time, success=on_time)
-    job("period-late", schedule="1h", grace=60, outcome=outcomes.SUCCEEDED, started=long_ago, success=long_ago)
+    job(
+        "period-late", schedule="1h", grace=60, outcome=outcomes.SUCCEEDED, started=long_ago, success=long_ago
+    )
     job("period-failed", schedule="1h", outcome=outcomes.FAILED, started=on_time, success=on_time)
-    job("cron-up", schedule="0 * * * *", grace=300, outcome=outcomes.SUCCEEDED, started=on_time, success=on_time)
-    job("cron-late", schedule="0 * * * *", grace=300, outcome=outcomes.SUCCEEDED, started=long_ago, success=long_ago)
+    job(
+        "cron-up",
+        schedule="0 * * * *",
+        grace=300,
+        outcome=outcomes.SUCCEEDED,
+        started=on_time,
+        success=on_time,
+    )
+    job(
+        "cron-late",
+        schedule="0 * * * *",
+        grace=300,
+        outcome=outcomes.SUCCEEDED,
+        started=long_ago,
+        success=long_ago,
+    )
     job(
         "running-lost",
         schedule="1d",
@@ -52,9 +68,22 @@ def every_kind_of_row() -> None:
         success=on_time,
         deadline=-(AT - NOW) - M,  # its deadline passed before AT
     )
-    job("running-fine", schedule="1d", outcome=outcomes.RUNNING, started=on_time, success=on_time, deadline=2 * H)
+    job(
+        "running-fine",
+        schedule="1d",
+        outcome=outcomes.RUNNING,
+        started=on_time,
+        success=on_time,
+        deadline=2 * H,
+    )
     job("never-ran", schedule="1h", first_seen=before(AT - 3 * H))
-    job("never-succeeded", schedule="1h", outcome=outcomes.SKIPPED, started=on_time, first_seen=before(AT - 3 * H))
+    job(
+        "never-succeeded",
+        schedule="1h",
+        outcome=outcomes.SKIPPED,
+        started=on_time,
+        first_seen=before(AT - 3 * H),
+    )
     job("unscheduled-failed", outcome=outcomes.FAILED, started=on_time)
     job("bad-schedule", schedule="every tuesday", outcome=outcomes.FAILED, started=on_time)
     job("settings-say-daily", schedule="1h", outcome=outcomes.SUCCEEDED, started=long_ago, success=long_ago)
@@ -72,8 +101,12 @@ def test_the_database_finds_the_names_the_status_rule_alerts_on() -> None:
     assert sorted(s.name for _, s in found.found) == by_rule
     assert found.count == len(by_rule)
     # The rule's own verdicts, pinned, so that both cannot be wrong together.
-    assert {"period-late", "period-failed", "cron-late", "running-lost", "settings-say-hourly"} <= set(by_rule)
-    assert not {"period-up", "cron-up", "running-fine", "settings-say-daily", "unscheduled-failed"} & set(by_rule)
+    assert {"period-late", "period-failed", "cron-late", "running-lost", "settings-say-hourly"} <= set(
+        by_rule
+    )
+    assert not {"period-up", "cron-up", "running-fine", "settings-say-daily", "unscheduled-failed"} & set(
+        by_rule
+    )
 
 
 def test_names_are_read_only_when_their_group_may_alert() -> None:
@@ -110,6 +143,12 @@ def test_the_summary_counts_every_name_and_run_in_one_query(django_assert_num_qu
     with django_assert_num_queries(1):
         whole = summary("default", datetime.now(timezone.utc))
     assert whole.names == 3
-    assert whole.runs == {"runs_succeeded": 7, "runs_failed": 3, "runs_lost": 0, "runs_skipped": 4, "runs_error": 0}
+    assert whole.runs == {
+        "runs_succeeded": 7,
+        "runs_failed": 3,
+        "runs_lost": 0,
+        "runs_skipped": 4,
+        "runs_error": 0,
+    }
     hourly = next(g for g in whole.groups if g.schedule == "1h")
     assert (hourly.names, hourly.failing) == (2, 1)

@@ -312,7 +312,9 @@ def test_in_process_counters_label_at_most_the_cap_of_names() -> None:
             metrics.uninstall()
 
     def acquired(name: str) -> float | None:
-        return registry.get_sample_value("tslock_lock_acquired_total", {"lock_name": name, "provider": "default"})
+        return registry.get_sample_value(
+            "tslock_lock_acquired_total", {"lock_name": name, "provider": "default"}
+        )
 
     assert acquired("first") == 2
     assert acquired("second") == 1

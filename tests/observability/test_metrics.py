@@ -363,3 +363,44 @@ def test_purge_deletes_the_names_left_without_runs_unless_scheduled_in_settings(
     ]
     assert not Run.objects.filter(name="only-skipped").exists()
     assert "without a run left" not in purge()  # nothing more to delete: no line about names
+
+
+def documented_urlconf() -> str:
+    """The URLconf the metrics page shows (the block marked ``{.metrics-urlconf}``)."""
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "reference" / "observability.md"
+    text = page.read_text(encoding="utf-8")
+    after = text.split("{.metrics-urlconf}\n```python\n", 1)[1]
+    return after.split("\n```", 1)[0]
+
+
+def test_the_documented_url_serves_the_packages_metrics() -> None:
+    import sys
+    import types
+
+    from django.test import Client
+    from prometheus_client import REGISTRY
+
+    module = types.ModuleType("tslock_documented_metrics_urls")
+    exec(compile(documented_urlconf(), "observability.md", "exec"), module.__dict__)  # our own page
+    sys.modules[module.__name__] = module
+    job("reports", schedule="1h", outcome=outcomes.SUCCEEDED, started=M, success=M, runs_succeeded=3)
+    collector = metrics.register_collector()  # the default registry, as the page says
+    try:
+        with override_settings(ROOT_URLCONF=module.__name__):
+            response = Client().get("/metrics")
+    finally:
+        REGISTRY.unregister(collector)
+        del sys.modules[module.__name__]
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
+    assert samples[key("tslock_journal_up")] == 1
+    assert (
+        samples[key("tslock_runs_total", lock_name="reports", provider="default", outcome="succeeded")] == 3
+    )

@@ -18,7 +18,20 @@ from bench.stats import target
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("db", "contention", "do", "kv", "redis", "async", "admin", "scale", "startup", "journal", "jobs")
+SECTIONS = (
+    "db",
+    "contention",
+    "do",
+    "kv",
+    "redis",
+    "async",
+    "admin",
+    "scale",
+    "startup",
+    "journal",
+    "jobs",
+    "metrics",
+)
 SERVERS = {"sqlite": None, "postgres": ("127.0.0.1", 5432), "mariadb": ("127.0.0.1", 3306)}
 #: Rows in tslock_lock for the scale section, per server (filled in this order).
 SCALE_SIZES = {"postgres": "1000,100000,1000000", "sqlite": "1000,100000"}
@@ -170,6 +183,21 @@ def main(argv: list[str] | None = None) -> int:
         report["jobs"] = jobbench.run(args.quick)
         if report["jobs"]["celery"] is None:
             report["missing"].append("jobs: celery or redis-server is missing (no Celery round trip)")
+    if "metrics" in sections:
+        report["metrics"] = {}
+        # Issue 31 item 8: 20,000 job names against 100, in one run per server.
+        for server in ("postgres", "sqlite"):
+            if not reachable(SERVERS[server]):
+                report["missing"].append(f"metrics on {server}: not reachable")
+                continue
+            print(
+                f"metrics scrape and health check: {server}, 100 and 20,000 names ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            report["metrics"][server] = child(
+                "bench.metricsbench", "100,20000", "3" if args.quick else "15", BENCH_DB=server
+            )
     report["targets"] = targets(report)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -224,6 +252,9 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     from bench import asyncbench
 
     found.update(asyncbench.targets(report.get("async")))
+    from bench import metricsbench
+
+    found.update(metricsbench.targets(report.get("metrics")))
     httpx = report.get("startup", {}).get("httpx_imported")
     if httpx:
         found["httpx not imported without a Cloudflare provider"] = {
@@ -362,6 +393,9 @@ def render(report: dict[str, Any]) -> str:
     from bench import jobbench
 
     lines += jobbench.render(report.get("jobs"))
+    from bench import metricsbench
+
+    lines += metricsbench.render(report.get("metrics"))
     if report["targets"]:
         lines += ["", "targets"]
         for label, t in report["targets"].items():

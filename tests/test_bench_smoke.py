@@ -59,7 +59,19 @@ def test_quick_bench_runs_every_section(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(output.read_text())
-    sections = {"db", "contention", "do", "kv", "redis", "admin", "scale", "startup", "jobs", "targets"}
+    sections = {
+        "db",
+        "contention",
+        "do",
+        "kv",
+        "redis",
+        "admin",
+        "scale",
+        "startup",
+        "jobs",
+        "metrics",
+        "targets",
+    }
     assert sections <= set(report)
     if os.environ.get("CI"):
         assert report["missing"] == [], "with CI set every section must run"
@@ -79,4 +91,8 @@ def test_quick_bench_runs_every_section(tmp_path: Path) -> None:
                 "the first page shows 100 current locks"
             )
             assert measured["cli"]["tslock list --all"]["lines"] > int(size), "--all lists every row"
+    for server, measured in report["metrics"].items():
+        sizes = measured["sizes"]
+        # The cap: as many series with 20,000 names as with 100.
+        assert sizes["20000"]["series"] == sizes["100"]["series"], (server, sizes)
     assert "tslock" in done.stdout

@@ -13,8 +13,10 @@ A store is asked for one record of its current locks (``provider.query(LockQuery
 one round trip; on Workers KV one API request of its budget per check). A store that
 fails is ``ServiceUnavailable``. Overdue means what ``tslock overdue`` says: a scheduled
 name whose status (the journal's rule) is late or failing; that is
-``ServiceReturnedUnexpectedResult``, naming up to five of them. Messages carry the
-library's own error texts, which never hold a secret.
+``ServiceReturnedUnexpectedResult``, naming up to five of them and counting the rest.
+The journal is read in a few queries whatever the number of names
+(:mod:`.journal.alerting`). Messages carry the library's own error texts, which never
+hold a secret.
 """
 
 from __future__ import annotations
@@ -38,19 +40,22 @@ except ImportError:  # pragma: no cover - 3.x, whose base class moved between re
 NAMED = 5
 
 
-def problems() -> tuple[list[str], list[str]]:
-    """``(stores that failed, overdue names)``, each as a line for the message."""
+def problems() -> tuple[list[str], list[str], int]:
+    """``(stores that failed, overdue names, how many are overdue)``, each failure and
+    each of the first :data:`NAMED` overdue names (by name) as a line for the message."""
+    from datetime import datetime, timezone
+
     from .conf import providers
     from .core.query import LockQuery
     from .exceptions import InvalidLockProvider, LockProviderError
+    from .journal.alerting import Alerting, alerting
     from .journal.recorder import journal_database
-    from .journal.status import ALERTING, statuses
 
     failed: list[str] = []
     try:
         aliases = providers.aliases()
     except InvalidLockProvider as err:
-        return [f"TSLOCK_PROVIDERS is not configured correctly: {err}"], []
+        return [f"TSLOCK_PROVIDERS is not configured correctly: {err}"], [], 0
     for alias in aliases:
         try:
             providers[alias].query(LockQuery(limit=1))
@@ -58,16 +63,19 @@ def problems() -> tuple[list[str], list[str]]:
             text = str(err)  # the library's errors usually name their provider already
             failed.append(text if repr(alias) in text else f"lock provider {alias!r}: {text}")
     overdue: list[str] = []
+    count = 0
     try:
         using = journal_database()
-        found = statuses(using) if using is not None else []
+        now = datetime.now(timezone.utc)
+        found = alerting(using, now, limit=NAMED) if using is not None else Alerting(0)
     except ValueError as err:
         failed.append(f"the run journal's settings: {err}")
     except DatabaseError as err:
         failed.append(f"the run journal could not be read ({type(err).__name__})")
     else:
-        overdue = [f"{s.name} ({s.status})" for s in found if s.status in ALERTING]
-    return failed, overdue
+        overdue = [f"{s.name} ({s.status})" for _, s in found.found]
+        count = found.count
+    return failed, overdue, count
 
 
 class TslockHealthCheck(_Base):  # type: ignore[misc,valid-type]
@@ -76,14 +84,14 @@ class TslockHealthCheck(_Base):  # type: ignore[misc,valid-type]
 
     def check(self) -> None:
         """Raise django-health-check's error for the first kind of problem found."""
-        failed, overdue = problems()
+        failed, overdue, count = problems()
         if failed:
             raise ServiceUnavailable(hide_secrets("; ".join(failed)))
-        if overdue:
+        if count:
             shown = ", ".join(overdue[:NAMED])
-            more = f" and {len(overdue) - NAMED} more" if len(overdue) > NAMED else ""
+            more = f" and {count - len(overdue[:NAMED])} more" if count > len(overdue[:NAMED]) else ""
             raise ServiceReturnedUnexpectedResult(
-                f"{len(overdue)} scheduled job{'s' if len(overdue) != 1 else ''} overdue: {shown}{more}"
+                f"{count} scheduled job{'s' if count != 1 else ''} overdue: {shown}{more}"
             )
 
     # django-health-check 4.x calls run() (in a thread: the ORM is synchronous).

@@ -122,3 +122,27 @@ def test_the_message_is_scrubbed_like_the_journals_text() -> None:
     message = str(raised.value)
     assert "r3dis-pw-9911" not in message and "tok-123456789" not in message
     assert "redis://:***@cache:6379/0 (Authorization: Bearer ***)" in message
+
+
+@pytest.mark.django_db
+def test_a_probe_reads_only_the_rows_that_may_be_overdue() -> None:
+    from django.db.models.signals import post_init
+
+    from tslock_django.journal.models import Job
+
+    for i in range(60):
+        job(f"sync-{i:02}", schedule="1h", outcome=outcomes.SUCCEEDED, started=M, success=M)
+    job("zz-late", schedule="2h", grace=60, outcome=outcomes.SUCCEEDED, started=5 * H, success=5 * H)
+    loaded: list[str] = []
+
+    def count(sender: object, instance: Job, **kwargs: object) -> None:
+        loaded.append(instance.name)
+
+    post_init.connect(count, sender=Job)
+    try:
+        with pytest.raises(ServiceReturnedUnexpectedResult) as raised:
+            TslockHealthCheck().check()
+    finally:
+        post_init.disconnect(count, sender=Job)
+    assert raised.value.message == "1 scheduled job overdue: zz-late (late)"
+    assert loaded == ["zz-late"]  # the old check read all 61 scheduled rows

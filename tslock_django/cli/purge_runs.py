@@ -14,6 +14,7 @@ from ..journal.recorder import journal_database
 def purge_runs(command: BaseCommand, older_than: timedelta, *, dry_run: bool, batch_size: int) -> None:
     from django.db import DatabaseError
 
+    from ..journal.retention import purge_names
     from ..journal.retention import purge_runs as purge
 
     using = journal_database()
@@ -21,6 +22,7 @@ def purge_runs(command: BaseCommand, older_than: timedelta, *, dry_run: bool, ba
         raise CommandError("the journal is off (TSLOCK_JOURNAL = None): there are no runs to purge")
     try:
         count = purge(using, older_than, dry_run=dry_run, batch_size=batch_size)
+        names = purge_names(using, older_than, dry_run=dry_run, batch_size=batch_size)
     except DatabaseError as err:
         raise CommandError(
             f"journal: purge failed on database {using!r}: {type(err).__name__}: {err}"
@@ -32,3 +34,10 @@ def purge_runs(command: BaseCommand, older_than: timedelta, *, dry_run: bool, ba
         command.stdout.write(f"journal: would delete {runs} older than {given} {kept} (dry run)")
     else:
         command.stdout.write(f"journal: deleted {runs} older than {given} {kept}")
+    if names:
+        rows = f"{names} name{'' if names == 1 else 's'}"
+        why = f"without a run left, first seen more than {given} ago and not in TSLOCK_SCHEDULES"
+        if dry_run:
+            command.stdout.write(f"journal: would delete {rows} {why} (dry run)")
+        else:
+            command.stdout.write(f"journal: deleted {rows} {why}")

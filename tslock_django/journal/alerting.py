@@ -1,0 +1,178 @@
+"""Which scheduled names are late or failing, asked of the database in a few queries
+whatever the number of names: the metrics ask it at every scrape and the health check
+at every probe, and a name pattern such as ``sync-{account_id}`` makes thousands.
+
+:func:`summary` is one aggregate over the ``Job`` table, grouped by the schedule and
+grace the names' runs declared: per group the number of names, their run counts, the
+oldest "since" (last success, else first seen) and how many ended failing or lost.
+:func:`alerting` reads that: a group with no failure whose oldest "since" is recent
+enough has no late name, so it is not read at all. The candidates of the other groups
+(and the names of ``TSLOCK_SCHEDULES``, which override a declared schedule) are
+fetched by name, at most a bounded number, and the journal's rule
+(:func:`.status.status_of`) decides each: the SQL only narrows, the rule stays in one
+place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import reduce
+from operator import or_
+from typing import Any
+
+from django.db.models import Count, Min, Q, Sum
+from django.db.models.functions import Coalesce
+
+from . import outcomes
+from .models import Job, journal_name
+from .recorder import from_db, to_db
+from .schedules import Schedule, parse_schedule
+from .status import ALERTING, JobStatus, job_schedule, record_first_seen, schedules_from_settings, status_of
+
+#: The ``Job`` columns counting runs by outcome.
+RUN_FIELDS = ("runs_succeeded", "runs_failed", "runs_lost", "runs_skipped", "runs_error")
+#: At most this many candidates are read and judged by the status rule at one call; the
+#: candidates past them are counted (by the database) as overdue.
+EVALUATED = 1000
+
+
+@dataclass(frozen=True)
+class Group:
+    """The names whose runs declared one schedule and grace."""
+
+    schedule: str
+    grace: float | None
+    names: int
+    #: The oldest of the names' last success (first seen, for a name without one).
+    oldest_since: datetime | None
+    #: Names whose last run failed, was lost, or is running past its deadline.
+    failing: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The whole ``Job`` table in one row per group."""
+
+    names: int
+    #: Runs of every name by ``Job`` column (:data:`RUN_FIELDS`).
+    runs: dict[str, int]
+    groups: list[Group]
+
+
+@dataclass(frozen=True)
+class Alerting:
+    """The late or failing scheduled names."""
+
+    count: int
+    #: The first of them by name (at most the ``limit`` asked for), each with its
+    #: ``Job`` row.
+    found: list[tuple[Job, JobStatus]] = field(default_factory=list)
+
+
+def failing_now(now: datetime) -> Q:
+    """Rows whose last run failed or was lost, as :func:`.status.outcome_now` sees it."""
+    return Q(last_outcome__in=[outcomes.FAILED, outcomes.LOST]) | Q(
+        last_outcome=outcomes.RUNNING, last_deadline__lte=to_db(now)
+    )
+
+
+def summary(using: str, now: datetime, *, runs: bool = True) -> Summary:
+    """One aggregate query over the ``Job`` table (see the module); without ``runs``,
+    the run counts are left out (all zero), which the health check does not need."""
+    rows = (
+        Job.objects.using(using)
+        .values("schedule", "grace")
+        .annotate(
+            names=Count("pk"),
+            oldest_since=Min(Coalesce("last_success_at", "first_seen_at")),
+            failing=Count("pk", filter=failing_now(now)),
+            **{column: Sum(column) for column in (RUN_FIELDS if runs else ())},
+        )
+        .order_by()
+    )
+    totals = dict.fromkeys(RUN_FIELDS, 0)
+    groups = []
+    for row in rows:
+        counted: dict[str, Any] = dict(row)
+        for column in RUN_FIELDS:
+            totals[column] += counted.get(column) or 0
+        groups.append(
+            Group(row["schedule"], row["grace"], row["names"], from_db(row["oldest_since"]), row["failing"])
+        )
+    return Summary(sum(g.names for g in groups), totals, groups)
+
+
+def late_before(schedule: Schedule, now: datetime) -> datetime | None:
+    """A name of ``schedule`` whose "since" is at or after this cannot be late at ``now``.
+
+    A period schedule is late once one period and grace have passed since; a cron
+    schedule only once a due time after "since" is older than grace."""
+    if schedule.period is not None:
+        return now - schedule.period - schedule.grace
+    return schedule.last_due(now - schedule.grace)
+
+
+def alerting(
+    using: str, now: datetime, *, limit: int, groups: list[Group] | None = None, evaluate: int = EVALUATED
+) -> Alerting:
+    """The late or failing scheduled names at ``now``: how many, and the first ``limit``
+    by name with their rows. ``groups`` is :func:`summary`'s, when the caller has it.
+
+    Raises:
+        ValueError: ``TSLOCK_SCHEDULES`` is malformed.
+        DatabaseError: the journal could not be read.
+    """
+    # Names as journaled (a long name's stand-in); a configured name the journal has not
+    # seen yet gets its row now (its "first seen"), else it could never become late.
+    configured = {journal_name(name): schedule for name, schedule in schedules_from_settings().items()}
+    if configured:
+        seen = set(Job.objects.using(using).filter(name__in=list(configured)).values_list("name", flat=True))
+        record_first_seen(using, set(configured) - seen, now)
+    if groups is None:
+        groups = summary(using, now, runs=False).groups
+    suspects = [q for q in (_suspects(group, now) for group in groups) if q is not None]
+    wanted = []
+    if suspects:
+        wanted.append(reduce(or_, suspects) & ~Q(name__in=list(configured)))
+    if configured:
+        wanted.append(Q(name__in=list(configured)))
+    if not wanted:
+        return Alerting(0)
+    candidates = (
+        Job.objects.using(using)
+        .annotate(since=Coalesce("last_success_at", "first_seen_at"))
+        .filter(reduce(or_, wanted))
+    )
+    evaluate = max(evaluate, limit)
+    rows = list(candidates.order_by("name")[:evaluate])
+    found: list[tuple[Job, JobStatus]] = []
+    for job in rows:
+        status = status_of(job.name, job, job_schedule(job, configured.get(job.name)), now)
+        if status.status in ALERTING:
+            found.append((job, status))
+    unjudged = candidates.count() - evaluate if len(rows) == evaluate else 0
+    return Alerting(len(found) + unjudged, found[:limit])
+
+
+def _suspects(group: Group, now: datetime) -> Q | None:
+    """The rows of ``group`` that may be late or failing, or ``None`` when none can be."""
+    if not group.schedule:
+        return None
+    grace = timedelta(seconds=group.grace) if group.grace is not None else None
+    try:
+        threshold = late_before(parse_schedule(group.schedule, grace), now)
+    except ValueError:  # a schedule an older release accepted: it can fail, not be late
+        threshold = None
+    may_be_late = threshold is not None and group.oldest_since is not None and group.oldest_since < threshold
+    if not may_be_late and not group.failing:
+        return None
+    which = failing_now(now)
+    if may_be_late:
+        assert threshold is not None  # checked above
+        which |= Q(since__lt=to_db(threshold))
+    return (
+        Q(schedule=group.schedule, grace=group.grace) & which
+        if group.grace is not None
+        else (Q(schedule=group.schedule, grace=None) & which)
+    )

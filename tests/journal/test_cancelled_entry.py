@@ -210,3 +210,35 @@ def test_async_locked_tasks_under_wait_for_leave_no_lock() -> None:
 
     _run(main)
     assert _left_running("cancelled-task") == 0
+
+
+def test_async_keep_alive_keeps_the_journals_deadline_ahead_of_a_long_run() -> None:
+    """A 5 s async job under a 2 s ``lock_at_most_for`` with keep-alive: its row must
+    read ``running`` (not past its deadline, so not ``lost``) throughout, and
+    ``succeeded`` afterwards; the extensions are written without the ORM on the loop."""
+    from datetime import datetime, timezone
+
+    from tslock_django.journal.recorder import from_db
+    from tslock_django.journal.status import outcome_now
+
+    seen: list[str] = []
+    memory = {"default": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"}}
+
+    def read() -> str:
+        run = Run.objects.get(name="long-async")
+        return outcome_now(run.outcome, from_db(run.deadline), datetime.now(timezone.utc))
+
+    async def main() -> None:
+        async with alock("long-async", "2s", journal=True, keep_alive=True):
+            loop = asyncio.get_running_loop()
+            ends = loop.time() + 5
+            while loop.time() < ends:
+                seen.append(await sync_to_async(read, thread_sensitive=True)())
+                await asyncio.sleep(0.25)
+
+    with override_settings(TSLOCK_PROVIDERS=memory, TSLOCK_JOURNAL={"using": "default"}):
+        _run(main)
+    assert len(seen) >= 10
+    assert set(seen) == {outcomes.RUNNING}, seen
+    [run] = Run.objects.filter(name="long-async")
+    assert run.outcome == outcomes.SUCCEEDED

@@ -15,13 +15,11 @@ sync path's own, so both paths behave alike.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import os
-import secrets
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
@@ -81,61 +79,6 @@ def check_fencing_token(name: str, token: int) -> None:
         )
 
 
-class UndoableAcquire:
-    """An async acquire of a provider that ``undoes_by_token``, while it is on its way
-    and while it is undone: the token it holds, and the store's channel it went out on
-    when it was cut short, kept for the undo alone.
-
-    An edge whose wait for the acquire's answer is cancelled keeps that channel (say, a
-    connection that still owes the answer) with :meth:`keep` instead of giving it to
-    the next caller, and takes it back with :meth:`take` for the undo, so the undo
-    follows the acquire on it and nothing else comes between.
-    """
-
-    __slots__ = ("_give_back", "channel", "token")
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self.channel: Any = None
-        self._give_back: Callable[[Any], None] | None = None
-
-    def keep(self, channel: Any, give_back: Callable[[Any], None]) -> None:
-        """Keep ``channel`` for the undo; ``give_back(channel)`` returns it to its edge
-        if the undo never takes it."""
-        self.channel, self._give_back = channel, give_back
-
-    def take(self) -> Any:
-        """The channel kept for the undo (``None`` if none was), now the caller's."""
-        channel, self.channel = self.channel, None
-        return channel
-
-    def settle(self) -> None:
-        """Return a channel the undo did not take to its edge."""
-        channel = self.take()
-        if channel is not None and self._give_back is not None:
-            self._give_back(channel)
-
-
-#: The acquire :meth:`LockProvider.aattempt` is sending, or undoing, in this task.
-_undoable: contextvars.ContextVar[UndoableAcquire | None] = contextvars.ContextVar(
-    "tslock_undoable_acquire", default=None
-)
-
-
-def undoable_acquire() -> UndoableAcquire | None:
-    """The undoable acquire this task is sending or undoing (for a provider's async
-    edge, see :class:`UndoableAcquire`), else ``None``."""
-    return _undoable.get()
-
-
-def new_token() -> str:
-    """The token of a new holding: the one the async acquire in progress chose (so
-    that it can be undone if cancelled, see ``LockProvider.undoes_by_token``), else a
-    fresh random one."""
-    acquire = _undoable.get()
-    return secrets.token_hex(16) if acquire is None else acquire.token
-
-
 def default_locked_by() -> str:
     """``host:pid``: enough for an operator to find the process that holds a lock."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -170,12 +113,6 @@ class LockProvider(ABC):
     #: ``None`` when expired records stay until ``purge``; otherwise how the store
     #: forgets them by itself (shown by ``tslock purge``).
     self_cleaning: ClassVar[str | None] = None
-    #: ``True`` when a cancelled async acquire can be undone by its token (see
-    #: :meth:`aattempt`): the acquire holds the token :func:`new_token` gives rather
-    #: than one the store makes up, ``_aforce_unlock(name, token)`` releases exactly
-    #: that holding, and the async edge sends that release after the acquire it undoes
-    #: (one connection answering in order, or no I/O at all).
-    undoes_by_token: ClassVar[bool] = False
 
     def __init__(self, alias: str = "default", *, clock: ClockProvider | None = None, **options: Any) -> None:
         self.alias = alias
@@ -241,48 +178,13 @@ class LockProvider(ABC):
     async def aattempt(self, config: LockConfiguration) -> Attempt:
         """:meth:`attempt` for asyncio code (see :meth:`alock` on cancellation).
 
-        A provider that ``undoes_by_token`` is awaited directly; if the task is
-        cancelled, the attempt is undone by the token it was sent with. Any other runs
-        its acquire in a task of its own, which the caller's cancellation cannot cut
-        short, and releases what it granted (a task costs tens of microseconds, which
-        only matter on the fastest stores)."""
+        One rule for every store: the acquire runs in a task of its own, which the
+        caller's cancellation cannot cut short; if the caller is cancelled meanwhile,
+        the store's answer is awaited and what it granted is released before the
+        cancellation goes on. (A task costs tens of microseconds, against a store's
+        round trip of a tenth of a millisecond or more.)"""
         self._attempt_begins(config)
-        if not self.undoes_by_token:
-            return await self._attempt_to_the_end(config)
-        acquire = UndoableAcquire(secrets.token_hex(16))
-        chosen = _undoable.set(acquire)
-        try:
-            outcome = await self._aacquire(config)
-        except asyncio.CancelledError:
-            # The request may have reached the store, granted or not: release that
-            # holding if there is one, before the cancellation goes on.
-            await finish(self._undo_attempt(config, acquire))
-            raise
-        except Exception as err:
-            self._attempt_failed(config, err)
-            raise
-        finally:
-            _undoable.reset(chosen)
-        return self._attempt_ends(config, outcome)
-
-    async def _undo_attempt(self, config: LockConfiguration, acquire: UndoableAcquire) -> None:
-        """Release the holding of ``acquire``'s token if the store granted it, on the
-        channel the acquire went out on when the edge kept it. An attempt that was
-        cancelled never ran its job, so ``lock_at_least_for`` does not apply."""
-        # This runs in a task of its own (see finish): the variable is set in its context only.
-        _undoable.set(acquire)
-        try:
-            await self._aforce_unlock(config.name, acquire.token)
-        except LockProviderError as err:
-            logger.error(
-                "acquiring lock %r was cancelled, and releasing what the store may have granted "
-                "failed (it expires within %s): %s",
-                config.name,
-                config.lock_at_most_for,
-                err,
-            )
-        finally:
-            acquire.settle()
+        return await self._attempt_to_the_end(config)
 
     async def _attempt_to_the_end(self, config: LockConfiguration) -> Attempt:
         acquiring = asyncio.ensure_future(self._aacquire(config))

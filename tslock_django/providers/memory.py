@@ -4,13 +4,14 @@ of the provider contract."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar
 
 from ..core.configuration import LockConfiguration
-from ..core.provider import LockProvider, SimpleLock, new_token
+from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import LockRecord
 from .options import MEMORY
@@ -22,8 +23,6 @@ class MemoryLockProvider(LockProvider):
     default_options: ClassVar = MEMORY.defaults
     max_key_bytes: ClassVar[int] = 1024
     listing: ClassVar = ListingSupport(total=True)
-    #: Acquires hold new_token()'s token and run without I/O (see LockProvider.aattempt).
-    undoes_by_token: ClassVar[bool] = True
 
     def __init__(self, alias: str = "default", **kwargs: Any) -> None:
         super().__init__(alias, **kwargs)
@@ -45,7 +44,7 @@ class MemoryLockProvider(LockProvider):
                 lock_until=now + config.lock_at_most_for,
                 locked_at=now,
                 locked_by=self.locked_by,
-                token=new_token(),
+                token=secrets.token_hex(16),
                 fencing_token=fencing,
                 provider=self.alias,
             )

@@ -16,6 +16,7 @@ imports only when a Redis provider is configured.
 from __future__ import annotations
 
 import math
+import secrets
 import threading
 from collections.abc import Callable, Generator, Sequence
 from datetime import timedelta
@@ -32,7 +33,7 @@ from django.views.decorators.debug import sensitive_variables
 
 from ..core import decode
 from ..core.configuration import LockConfiguration
-from ..core.provider import Guarantee, LockProvider, SimpleLock, new_token
+from ..core.provider import Guarantee, LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage, fold
 from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
 from ..core.scrubbing import cache_passwords, cut, scrub, url_passwords
@@ -92,9 +93,6 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
     default_options: ClassVar = REDIS.defaults
     max_key_bytes: ClassVar[int] = 1024
     listing: ClassVar = ListingSupport()
-    #: Acquires hold new_token()'s token, and the async edge sends the undo of a
-    #: cancelled one after it (see ``redis_async``, ``LockProvider.aattempt``).
-    undoes_by_token: ClassVar[bool] = True
     #: The ``timeout`` used with ``url`` when none is given.
     default_timeout: ClassVar[float] = 5.0
 
@@ -453,7 +451,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         return self._roundtrip(packed)
 
     def _acquire_steps(self, config: LockConfiguration) -> Generator[bytes, Any, SimpleLock | LockRecord]:
-        name, token = config.name, new_token()
+        name, token = config.name, secrets.token_hex(16)
         at_most, at_least = max(1, _us(config.lock_at_most_for)), _us(config.lock_at_least_for)
         reply = yield from self._script(
             self._acquire_call,

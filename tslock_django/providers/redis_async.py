@@ -24,7 +24,6 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from ..core.aio import on_loop_shutdown
-from ..core.provider import undoable_acquire
 
 
 def async_url_pool(url: str, timeout: float) -> redis.asyncio.ConnectionPool:
@@ -104,24 +103,15 @@ class AsyncEdge:
         """Send one packed command and read its answer (see the sync ``_roundtrip``).
 
         A task cancelled while waiting for the answer leaves the connection as it is,
-        owing that answer: the next command on it reads and drops it first. A cancelled
-        acquire's connection is kept for its undo alone (see ``LockProvider.aattempt``
-        and :class:`~tslock_django.core.provider.UndoableAcquire`): the undo reads the
-        acquire's answer and goes out on it next, so Redis runs the two in that order
-        and no other command comes between."""
+        owing that answer: the next command on it reads and drops it first."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._pool is None:
             await self._pool_of_this_loop()
         kept = self._kept
-        acquire = undoable_acquire()
-        conn: _Conn | None = None
-        if acquire is not None and acquire.channel is not None:
-            conn = acquire.take()  # this is the undo of the acquire that left it owing
-        if conn is None:
-            try:
-                conn = kept.pop()
-            except IndexError:
-                conn = _Conn(await self._pool.get_connection())  # type: ignore[union-attr, no-untyped-call]
+        try:
+            conn = kept.pop()
+        except IndexError:
+            conn = _Conn(await self._pool.get_connection())  # type: ignore[union-attr, no-untyped-call]
         timeout = conn.connection.socket_timeout
         if timeout is not None:
             self._watch(conn, loop, timeout)
@@ -140,11 +130,8 @@ class AsyncEdge:
                 raise reply
         except asyncio.CancelledError:
             # A cancelled wait for an answer: the connection stays usable, owing it (read
-            # first next time). An acquire's is kept for its undo, which must follow it.
-            if conn.owed and acquire is not None and acquire.channel is None:
-                acquire.keep(conn, kept.append)
-            else:
-                kept.append(conn)
+            # first next time).
+            kept.append(conn)
             raise
         except redis.ResponseError:
             kept.append(conn)  # an answer, read in full: the connection stays usable

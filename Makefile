@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 # What ruff reads: the Python sources (not the Markdown, whose examples are excerpts).
 PY_SOURCES := $(wildcard tslock_django tests testproject bench tools docs manage.py)
 
-.PHONY: demo test docs lint typecheck unit venv npm wrangler system-packages browser mysqlclient bench clean matrix matrix-newest check-install
+.PHONY: demo test docs lint typecheck unit venv npm wrangler system-packages browser mysqlclient bench clean matrix matrix-ends check-install
 
 $(STAMP): pyproject.toml
 	@echo "make: installing tslock-django and its test tools into $(VENV) (about a minute, first run only)"
@@ -77,10 +77,11 @@ unit: venv npm wrangler browser mysqlclient
 	$(PY) manage.py makemigrations --check --dry-run --settings=tests.settings
 	$(VENV)/bin/pytest -n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder --cov --cov-report=term $(PYTEST_ARGS)
 
-# The newest Django on the newest Python found (3.10-3.13), in var/matrix: CI's guard
-# against the version that will break first; it says so and passes when none is found.
-matrix-newest: venv
-	$(PY) -m tools.matrix --newest
+# The newest Django on the newest Python found (3.10-3.13), then the oldest Django on the
+# oldest Python, in var/matrix: CI's guard against the versions that break first and the
+# pair most users pin; it says so and passes when no interpreter is found.
+matrix-ends: venv
+	$(PY) -m tools.matrix --newest --oldest
 
 # The documentation site (docs/, Sphinx + MyST + Furo) into var/docs. Strict: every warning,
 # and every internal reference that does not resolve (-n), fails the build; --keep-going
@@ -88,11 +89,11 @@ matrix-newest: venv
 docs: venv
 	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs var/docs
 
-# unit and matrix-newest side by side (make -j2): both spend most of their time waiting on
+# unit and matrix-ends side by side (make -j2): both spend most of their time waiting on
 # servers, Workers runtimes and child processes, and the matrix prints only its table (its
 # pytest output goes to var/matrix/<run>.log), so the two outputs do not interleave.
 test: system-packages lint typecheck docs
-	$(MAKE) --no-print-directory -j2 unit matrix-newest
+	$(MAKE) --no-print-directory -j2 unit matrix-ends
 
 # The whole matrix (Python 3.10-3.13 x Django 4.2-6.1, plus the oldest dependencies allowed);
 # the table goes to var/matrix/results.md. MATRIX_ARGS narrows it, e.g.

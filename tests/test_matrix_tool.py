@@ -40,3 +40,39 @@ def test_without_any_interpreter_the_ci_run_skips_saying_why(
     out = capsys.readouterr().out
     assert "Python 3.13: not found on PATH or under pyenv" in out
     assert "skipped: none of Python 3.10, 3.11, 3.12, 3.13 was found to run the suite on" in out
+
+
+def test_ci_runs_the_newest_and_the_oldest_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make test` runs both ends: the newest Django on the newest Python (what breaks
+    first) and the oldest Django on the oldest Python (what most users pin)."""
+    monkeypatch.setattr(matrix, "find_interpreter", lambda version: f"python{version}")
+    offered = {"python3.10": ["5.2.19", "4.2.30"], "python3.13": ["6.1.3", "5.2.19", "4.2.30"]}
+    monkeypatch.setattr(matrix, "offered_djangos", lambda interpreter: offered[interpreter])
+    runs, _ = matrix.plan(["3.10", "3.13"], ["4.2", "5.2", "6.1"], floor=True, newest=True, oldest=True)
+    assert [(run.python, run.django) for run in runs] == [("3.13", "6.1.3"), ("3.10", "4.2.30")]
+    only_newest, _ = matrix.plan(["3.10", "3.13"], ["4.2", "6.1"], floor=True, newest=True)
+    assert [(run.python, run.django) for run in only_newest] == [("3.13", "6.1.3")]
+
+
+def test_make_test_installs_system_packages_before_anything_runs_in_parallel() -> None:
+    """Two apt-gets at once fail on dpkg's lock: every Debian package `make test` needs is
+    installed by one step, before the parallel make (`make -n` prints the order)."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "MAKEFLAGS": ""}
+    # -B: as on a fresh clone (no stamp makes a step look done); -n: print, run nothing.
+    printed = subprocess.run(
+        ["make", "-n", "-B", "test"], cwd=root, env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    parallel = next(i for i, line in enumerate(printed) if "-j2" in line)
+    installs = [i for i, line in enumerate(printed) if "apt-get install" in line]
+    assert installs, "make -n test shows no apt-get install step"
+    assert installs[0] < parallel, "the system packages are installed inside the parallel step"
+    # The sub-make's targets install nothing themselves: their apt step is the same one,
+    # which finds every package present by then.
+    sub = subprocess.run(
+        ["make", "-n", "-B", "browser", "mysqlclient"], cwd=root, env=env, capture_output=True, text=True
+    ).stdout
+    assert sub.count("apt-get install") == 1, sub

@@ -2,8 +2,11 @@
 supported Django series, each in a virtualenv of its own under var/matrix/.
 
     python -m tools.matrix                  every combination, then the floor run
-    python -m tools.matrix --newest         the newest Django on the newest Python (CI),
+    python -m tools.matrix --newest         the newest Django on the newest Python,
                                             Django-facing tests only (--full for all)
+    python -m tools.matrix --newest --oldest  and the oldest Django on the oldest Python
+                                            (CI: the pair that breaks first, and the one
+                                            most users pin)
     python -m tools.matrix --python 3.10 --django 4.2 --no-floor
 
 Interpreters: ``python3.X`` on PATH when it runs (a pyenv shim for a version that is not
@@ -162,7 +165,9 @@ def newest_of(series: str, versions: list[str]) -> str:
     return max(matching, key=numeric, default="")
 
 
-def plan(pythons: list[str], series: list[str], *, floor: bool, newest: bool) -> tuple[list[Run], list[str]]:
+def plan(
+    pythons: list[str], series: list[str], *, floor: bool, newest: bool, oldest: bool = False
+) -> tuple[list[Run], list[str]]:
     """The runs to make and notes about what was not found."""
     notes: list[str] = []
     found = {}
@@ -176,10 +181,19 @@ def plan(pythons: list[str], series: list[str], *, floor: bool, newest: bool) ->
     for version, interpreter in found.items():
         offered = offered_djangos(interpreter)
         runs += [Run(version, interpreter, newest_of(s, offered), s) for s in series]
-    if newest:
+    if newest or oldest:
         installable = [r for r in runs if r.django]
-        # Numeric order, not string order: 3.10 is newer than 3.9.
-        runs = [max(installable, key=lambda r: (numeric(r.python), numeric(r.series)))] if installable else []
+
+        def age(run: Run) -> tuple[tuple[int, ...], tuple[int, ...]]:
+            # Numeric order, not string order: 3.10 is newer than 3.9.
+            return numeric(run.python), numeric(run.series)
+
+        ends = []
+        if installable and newest:
+            ends.append(max(installable, key=age))
+        if installable and oldest:
+            ends.append(min(installable, key=age))
+        runs = list({run.name: run for run in ends}.values())
     elif floor and found:
         oldest = min(found, key=numeric)
         lows = floors(project())
@@ -276,7 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Only the newest Django on the newest Python found, Django-facing tests only (CI).",
     )
-    parser.add_argument("--full", action="store_true", help="With --newest: the whole suite.")
+    parser.add_argument(
+        "--oldest",
+        action="store_true",
+        help="Only the oldest Django on the oldest Python found (with --newest: both ends), "
+        "Django-facing tests only.",
+    )
+    parser.add_argument("--full", action="store_true", help="With --newest or --oldest: the whole suite.")
     parser.add_argument(
         "--install-only", action="store_true", help="Prepare the virtualenvs without running the suite."
     )
@@ -294,9 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     data = project()
     requirements = [f"-e{editable_target(data)}", *suite_requirements(data)]
     pytest_args = [*PYTEST_ARGS, "-n", str(args.processes), "--dist", "loadgroup", "--no-loadscope-reorder"]
-    pytest_args += NOT_DJANGO_FACING if args.newest and not args.full else []
-    runs, notes = plan(args.python, args.django, floor=args.floor, newest=args.newest)
-    if args.newest and not args.full:
+    ends_only = args.newest or args.oldest
+    pytest_args += NOT_DJANGO_FACING if ends_only and not args.full else []
+    runs, notes = plan(args.python, args.django, floor=args.floor, newest=args.newest, oldest=args.oldest)
+    if ends_only and not args.full:
         notes.append(
             "Django-facing tests only (tests/kv, tests/worker and tests/faults left out: --full runs them)"
         )

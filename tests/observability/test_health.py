@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.test import RequestFactory
+from django.test import Client, RequestFactory
 from django.test.utils import override_settings
 
 pytest.importorskip("health_check")
@@ -85,13 +86,16 @@ def test_journal_off_checks_the_stores_only() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_health_check_view_runs_it() -> None:
-    """Through django-health-check's own view (4.x), which runs the check in a thread."""
+    """Through django-health-check's own view: on 4.x an async view that runs the check in
+    a thread, on 3.x (which Django 4.2 installs on Python 3.10) a sync one."""
     view_module = pytest.importorskip("health_check.views")
     view = view_module.HealthCheckView.as_view(checks=["tslock_django.health.TslockHealthCheck"])
 
     def ask() -> tuple[int, dict[str, str]]:
         request = RequestFactory().get("/ht/", HTTP_ACCEPT="application/json")
-        response = asyncio.run(view(request))
+        response = view(request)
+        if inspect.isawaitable(response):
+            response = asyncio.run(response)
         return response.status_code, json.loads(response.content)
 
     assert ask() == (200, {"TslockHealthCheck": "OK"})
@@ -146,3 +150,26 @@ def test_a_probe_reads_only_the_rows_that_may_be_overdue() -> None:
         post_init.disconnect(count, sender=Job)
     assert raised.value.message == "1 scheduled job overdue: zz-late (late)"
     assert loaded == ["zz-late"]  # the old check read all 61 scheduled rows
+
+
+urlpatterns: list[object] = []  # the documented URLconf, filled by the test below
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_documented_set_up_serves_the_page_and_needs_the_app(client: Client, settings: Any) -> None:
+    """The how-to's two steps: ``"health_check"`` in ``INSTALLED_APPS`` (the page's
+    template is in it) and the view with the check; without the app the page fails."""
+    from django.template import TemplateDoesNotExist
+    from django.urls import clear_url_caches, path
+
+    views = pytest.importorskip("health_check.views")
+    checks = ["tslock_django.health.TslockHealthCheck"]
+    urlpatterns[:] = [path("ht/", views.HealthCheckView.as_view(checks=checks))]
+    settings.ROOT_URLCONF = __name__
+    clear_url_caches()
+    with pytest.raises(TemplateDoesNotExist):
+        client.get("/ht/")
+    settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "health_check"]
+    page = client.get("/ht/")
+    assert page.status_code == 200
+    assert "TslockHealthCheck" in page.content.decode()

@@ -7,6 +7,7 @@ Exit statuses: 0 when the command ran or was skipped because the lock is held;
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -112,8 +113,9 @@ def locked_command(
 
         def handle(self: BaseCommand, *args: Any, **options: Any) -> Any:
             config, alias, wait = _resolve(self, options)
+            stream = journal_stream(options)
             run = GuardedRun(
-                config, alias, keep_alive=keep_alive, wait=wait, schedule=job_schedule, stream=self.stderr
+                config, alias, keep_alive=keep_alive, wait=wait, schedule=job_schedule, stream=stream
             )
             try:
                 held = run.enter()
@@ -221,3 +223,11 @@ def _lock_name(spec: NameSpec, command_name: str, options: Mapping[str, Any]) ->
     if not isinstance(result, str):
         raise ValueError(f"the lock name callable must return a string, got {result!r}")
     return result
+
+
+def journal_stream(options: dict[str, Any]) -> Any:
+    """Where a command's journal warning goes: the stream its ``stderr`` writes to (the
+    one given to ``call_command``, else the process's). Not the command's own wrapper:
+    on Django 4.2 it cannot say which file it writes to, and the journal needs to know
+    whether a logging handler prints that line on the same file already."""
+    return options.get("stderr") or sys.stderr

@@ -40,7 +40,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ..core.configuration import LockConfiguration
 from ..core.durations import GRAMMAR_HINT, parse_duration
-from ..decorators import EXIT_LOCKED, did_not_run
+from ..decorators import EXIT_LOCKED, did_not_run, journal_stream
 from ..exceptions import InvalidLockProvider, LockHeld, LockProviderError
 from ..guard import GuardedRun
 from ..journal.schedules import parse_schedule
@@ -199,7 +199,7 @@ def run_program(command: BaseCommand, options: dict[str, Any]) -> int | None:
         keep_alive=options["keep_alive"],
         wait=options["wait"],
         schedule=options.get("job_schedule"),
-        stream=command.stderr,
+        stream=journal_stream(options),
     )
     shown = program[0]
     # SIGTERM, SIGINT and SIGHUP are handled from before the lock is taken until it is

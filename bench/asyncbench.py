@@ -164,7 +164,7 @@ def main(rounds: int, seconds: float) -> dict[str, Any]:
     django.setup()
     import shutil
 
-    from tslock_django.testing.worker_runtime import LocalWorker
+    from tslock_django.worker.runtime import LocalWorker
 
     report: dict[str, Any] = {"missing": []}
     if redis_up():

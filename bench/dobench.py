@@ -49,7 +49,7 @@ def run_client(rounds: int, seconds: float) -> dict[str, Any]:
     from tslock_django import LockConfiguration
     from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
     from tslock_django.providers.http import PooledClient
-    from tslock_django.testing.worker_runtime import LocalWorker
+    from tslock_django.worker.runtime import LocalWorker
 
     with LocalWorker() as worker:
         counted = CountingTransport(httpx.HTTPTransport())
@@ -151,8 +151,8 @@ def _variant(folder: Path, wrapper: str | None) -> Path:
 
 def run_index(rounds: int, seconds: float, sizes: tuple[int, ...]) -> dict[str, Any]:
     """Latency and throughput with the index against the no-index variant, then listings."""
-    from tslock_django.testing.worker_runtime import LocalWorker
     from tslock_django.worker.export import shipped_variables
+    from tslock_django.worker.runtime import LocalWorker
 
     # The shipped Worker as the exported wrangler.jsonc runs it (shards, report delay), the
     # same with every change reported at once (what the delay saves), and the same

@@ -9,11 +9,11 @@ from typing import Any
 
 
 def run() -> dict[str, Any]:
+    from tests.kv.fake import FakeKVTransport
     from tslock_django import LockConfiguration
     from tslock_django.core.clock import MutableClock
     from tslock_django.core.query import LockQuery
     from tslock_django.providers.cloudflare_kv import KVLockProvider
-    from tslock_django.testing.kv_fake import FakeKVTransport
 
     clock = MutableClock()
     kv = FakeKVTransport(clock, api_token="bench-token")

@@ -3,7 +3,7 @@
 The site is Markdown (MyST), like the README, with the reference generated from the code
 where the code holds it: the Python API by autodoc from the docstrings, the ``tslock``
 command's reference from its argparse parsers, and each provider's OPTIONS and defaults
-from ``tslock_django.providers.options`` (both by ``_ext/tslock_docs.py``).
+from ``tslock_django.providers.store_options`` (both by ``_ext/tslock_docs.py``).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def main() -> None:
     (ROOT / "var").mkdir(exist_ok=True)
     with ExitStack() as stack:
         if os.environ.get("PROVIDER", "") == "edge":
-            from tslock_django.testing.worker_runtime import LocalWorker
+            from tslock_django.worker.runtime import LocalWorker
 
             step(
                 "starting the Durable Object Worker on the local Workers runtime (the first run "

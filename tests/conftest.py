@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 from django.db.backends.signals import connection_created
 
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = bool(os.environ.get("CI"))

@@ -387,7 +387,7 @@ def test_a_missing_client_library_is_reported_at_every_start_without_importing_i
 ) -> None:
     import importlib.util
 
-    from tslock_django.providers import options
+    from tslock_django.providers import store_options as options
 
     found = importlib.util.find_spec
     # As if the library were not installed: it is looked up, never imported (and not
@@ -410,7 +410,7 @@ def test_check_deploy_reports_a_client_library_that_does_not_import(monkeypatch:
     monkeypatch.setitem(sys.modules, "redis", None)
     monkeypatch.delitem(sys.modules, "tslock_django.providers.redis", raising=False)
     monkeypatch.setattr(
-        "tslock_django.providers.options.StoreOptions.missing_library", lambda self, alias: None
+        "tslock_django.providers.store_options.StoreOptions.missing_library", lambda self, alias: None
     )
     with override_settings(TSLOCK_PROVIDERS={"default": EVERY_KIND["redis"]}):
         assert check_providers() == []

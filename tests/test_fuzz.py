@@ -17,6 +17,7 @@ from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django import LockConfiguration
 from tslock_django.conf import ProviderHandler, parse_provider_url
 from tslock_django.core.durations import parse_duration
@@ -24,7 +25,6 @@ from tslock_django.core.provider import LockProvider
 from tslock_django.providers.cloudflare_kv import KVLockProvider
 from tslock_django.providers.database import DatabaseLockProvider
 from tslock_django.providers.memory import MemoryLockProvider
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 # Deterministic in CI: the same examples every run, nothing read from or written to a
 # local example database.
@@ -188,7 +188,7 @@ def do_provider() -> Iterator[LockProvider | None]:
         yield None
         return
     from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-    from tslock_django.testing.worker_runtime import LocalWorker
+    from tslock_django.worker.runtime import LocalWorker
 
     with LocalWorker() as worker:
         provider = DurableObjectLockProvider(

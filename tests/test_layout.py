@@ -164,3 +164,85 @@ def test_no_source_file_of_the_package_is_over_the_limit(suffix: str) -> None:
 def test_the_tslock_command_keeps_only_its_entry() -> None:
     command = ROOT / "tslock_django/management/commands/tslock.py"
     assert len(command.read_text(encoding="utf-8").splitlines()) < MAX_COMMAND_LINES
+
+
+# -- what ships is what users use ---------------------------------------------------------
+
+#: The package users' own tests import (the provider contract suites), and nothing else.
+TESTING = "tslock_django.testing"
+#: This repository's code that is not shipped: its tests, benchmarks, tools and demo.
+UNSHIPPED = ("tests", "bench", "tools", "testproject")
+
+
+def imported_names(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Every module a Python file names in an import, relative ones made absolute, typing-only
+    ones included (``from a.b import c`` names ``a.b`` and ``a.b.c``)."""
+    package = module if is_package else module.rpartition(".")[0]
+    named: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            named.add(base)
+            named.update(f"{base}.{alias.name}" for alias in node.names)
+    return named
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return imported_names(tree, module_name(path), path.name == "__init__.py")
+
+
+def is_within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_import_reader_resolves_relative_and_typing_only_imports() -> None:
+    source = "from ..worker import runtime\nif TYPE_CHECKING:\n    from .testing import kit\n"
+    named = imported_names(ast.parse(source), "p.cli.run", False)
+    assert {"p.worker.runtime", "p.cli.testing.kit"} <= named
+    assert "p.contract" in imported_names(ast.parse("from .contract import Case\n"), "p", True)
+
+
+def test_the_shipped_test_support_holds_only_what_users_tests_import() -> None:
+    """Each module of ``tslock_django.testing`` is part of what the package exports (its
+    ``__init__`` imports it, directly or through another of its modules), and none reaches
+    into this repository's own tests, benchmarks or tools. A fake or runner that only this
+    repository uses lives under ``tests/``; one the package needs at run time, beside the
+    code it serves."""
+    folder = ROOT / "tslock_django/testing"
+    modules = {module_name(path): path for path in sources("tslock_django/testing", ".py")}
+    assert TESTING in modules, "the package is found"
+    exported, todo = set(), [TESTING]
+    while todo:
+        module = todo.pop()
+        if module not in exported:
+            exported.add(module)
+            todo.extend(name for name in imported_modules(modules[module]) if name in modules)
+    assert sorted(set(modules) - exported) == [], f"modules of {folder} that the package does not export"
+    reaching = {
+        module: sorted(n for n in imported_modules(path) if any(is_within(n, top) for top in UNSHIPPED))
+        for module, path in modules.items()
+    }
+    assert {module: names for module, names in reaching.items() if names} == {}
+
+
+def test_nothing_but_tests_imports_the_shipped_test_support() -> None:
+    """``tslock_django.testing`` needs pytest: no module of the package outside it, and no
+    benchmark, tool or demo, may import it (the local Worker runner, run by ``tslock runtime``,
+    lives in ``tslock_django/worker/``)."""
+    importers: dict[str, list[str]] = {}
+    for top in ("tslock_django", "bench", "tools", "testproject"):
+        for path in sources(top, ".py"):
+            module = module_name(path)
+            if is_within(module, TESTING):
+                continue
+            named = sorted(n for n in imported_modules(path) if is_within(n, TESTING))
+            if named:
+                importers[module] = named
+    assert importers == {}

@@ -1,4 +1,4 @@
-"""The OPTIONS of the built-in providers are read once, in ``providers.options``: the
+"""The OPTIONS of the built-in providers are read once, in ``providers.store_options``: the
 system check (which does not build the provider) and the constructor (first use) refuse
 the same settings with the same message."""
 
@@ -16,7 +16,7 @@ from django.test import override_settings
 from tslock_django import InvalidLockProvider, MutableClock
 from tslock_django.checks import check_providers
 from tslock_django.conf import ProviderHandler
-from tslock_django.providers import options
+from tslock_django.providers import store_options as options
 from tslock_django.providers.database.provider import DIALECTS as _DIALECTS
 
 DB = "tslock_django.providers.database.DatabaseLockProvider"

@@ -18,7 +18,7 @@ from tests.conftest import CI, ROOT, require_node
 from tslock_django import LockConfiguration
 from tslock_django.conf import parse_provider_url
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-from tslock_django.testing.worker_runtime import find_runtime
+from tslock_django.worker.runtime import find_runtime
 
 #: A guard against a hung process, not a measurement: starting takes seconds.
 PATIENCE = 120

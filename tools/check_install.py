@@ -79,7 +79,7 @@ print("ADMIN OK")
 LOCAL_WORKER = """\
 import httpx
 
-from tslock_django.testing.worker_runtime import LocalWorker, find_runtime
+from tslock_django.worker.runtime import LocalWorker, find_runtime
 
 with LocalWorker(persist_dir="worker-state") as worker:
     answer = httpx.post(

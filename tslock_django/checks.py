@@ -1,48 +1,14 @@
-"""System checks (``manage.py check``), with stable ids. No network calls: the database
-table check runs only with ``check --database``.
+"""System checks (``manage.py check``), with stable ids ``tslock.E001`` to ``tslock.E010``
+and ``tslock.W001``, listed with what each means in ``docs/reference/checks.md``.
 
-Django runs the checks without a tag at the start of every management command, so they
-must cost next to nothing: under 1 ms, which ``python -m bench --only startup`` measures
-in a fresh process (``checks_time``). Like Django's own cache checks, they read settings
-and build nothing there: the OPTIONS of a built-in provider are read by
-:mod:`tslock_django.providers.options`, the same code its constructor runs, without
-importing the provider's module, httpx, redis-py or a database driver. A third-party
-BACKEND is imported and built, the only way to learn what it accepts. ``check --deploy``
-also builds the built-in providers, which imports their client libraries. Building a
-provider opens no connection.
-
-- tslock.E001: TSLOCK_PROVIDERS is malformed.
-- tslock.E002: a BACKEND cannot be imported or is not a LockProvider, or a built-in
-  one's client library (httpx, redis-py) is not installed (looked up, not imported).
-- tslock.E003: a provider's OPTIONS are wrong (unknown key, missing key, bad value);
-  with ``--deploy``, also what only the client library reads (redis-py: the query
-  string of a Redis URL).
-- tslock.E004: no "default" provider.
-- tslock.E005: the Workers KV provider without acknowledge_advisory_lock=True.
-- tslock.E006: keep-alive on a store that cannot extend that often (KV, lock_at_most_for < 2 s):
-  for the commands loaded in the process (the running one) at every command start, and
-  for every command of the project with ``check --deploy`` (which imports them all).
-- tslock.E007: the database provider is configured but tslock_django's tables are not
-  installed (app missing from INSTALLED_APPS, or, with --database, a table missing).
-- tslock.E008: a provider URL read from the environment (``Env.lock_provider_url``) is
-  unset, empty or malformed. The settings module cannot report it without a traceback,
-  so the reader leaves an entry standing for the error, and this check reports it in one
-  line naming the variable and the forms a URL takes (never the URL itself).
-- tslock.E009: the run journal's settings are malformed: ``TSLOCK_JOURNAL`` is neither
-  ``None`` nor ``{"using": <a DATABASES alias>}``, or an entry of ``TSLOCK_SCHEDULES``
-  has a bad schedule or grace.
-- tslock.E010: a ``@locked_command`` or ``@locked_task`` has a bad argument (a duration,
-  a schedule, grace...), which makes its module fail to import, that is the job fail
-  when it first runs. Found by importing every command module and each app's ``tasks``
-  module (:mod:`tslock_django.job_modules`), which is far too slow for every command's
-  start: it runs in ``manage.py check`` (and ``manage.py test``, which runs it) and in
-  ``tslock check``, not at the start of other commands.
-- tslock.W001: a command or ``tasks`` module fails to import for another reason, so
-  its decorators could not be checked (checked when E010 is).
-
-Each hint that sends the reader elsewhere names a page of the documentation (``docs/``
-in the repository) through :func:`see`; a test holds every such page and section to
-exist.
+Django runs the untagged checks at the start of every management command, so they read
+settings and build nothing: a built-in provider's OPTIONS are read by
+:mod:`tslock_django.providers.store_options`, the code its constructor runs, without
+importing the provider or its client library, and no connection is opened. A third-party
+BACKEND is built (the only way to learn what it accepts). Importing every job module
+(E010, W001) is too slow for that, so it runs only in ``manage.py check`` and ``tslock
+check``; the database table check only with ``check --database``. Each hint that sends the
+reader elsewhere names a documentation page through :func:`see`, and a test holds it to exist.
 """
 
 from __future__ import annotations
@@ -68,7 +34,7 @@ from .core.options import TRUE_WORDS
 from .exceptions import InvalidLockProvider
 
 if TYPE_CHECKING:
-    from .providers.options import StoreOptions
+    from .providers.store_options import StoreOptions
 
 #: The database provider's tables: the locks, and the fencing mark that purge keeps.
 TABLES = ("tslock_lock", "tslock_fence")
@@ -94,7 +60,7 @@ def check_providers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     other built); "default" exists."""
     # Imported here rather than with this module: a process that never runs the checks
     # (a web server's worker) does not load it, and its cost counts as the checks' own.
-    from .providers.options import BUILT_IN
+    from .providers.store_options import BUILT_IN
 
     entries, errors = _entries()
     if entries is None:
@@ -143,7 +109,7 @@ def check_providers_by_building(app_configs: Any = None, **kwargs: Any) -> list[
     which reports what only the library reads in the OPTIONS, such as redis-py and a
     Redis URL's query string (E003), and a library that is found but does not import
     (E002)."""
-    from .providers.options import BUILT_IN
+    from .providers.store_options import BUILT_IN
 
     entries, _ = _entries()
     if not entries:
@@ -322,7 +288,7 @@ def _keep_alive_floor(backend: str) -> Any:
     if backend != KV_BACKEND:
         return None
     # Known without importing the KV provider (and httpx), like its OPTIONS.
-    from .providers.options import KV_MIN_KEEP_ALIVE_AT_MOST_FOR
+    from .providers.store_options import KV_MIN_KEEP_ALIVE_AT_MOST_FOR
 
     return KV_MIN_KEEP_ALIVE_AT_MOST_FOR
 

@@ -1,22 +1,12 @@
 """A django-health-check check (the optional extra ``tslock-django[healthcheck]``):
 every configured lock store answers, and no scheduled job is overdue.
 
-django-health-check 4.x takes checks by dotted path in its view::
-
-    path("ht/", HealthCheckView.as_view(checks=["tslock_django.health.TslockHealthCheck", ...]))
-
-3.x registers backends in an ``AppConfig.ready()``::
-
-    plugin_dir.register(TslockHealthCheck)
-
-A store is asked for one record of its current locks (``provider.query(LockQuery(limit=1))``,
-one round trip; on Workers KV one API request of its budget per check). A store that
-fails is ``ServiceUnavailable``. Overdue means what ``tslock overdue`` says: a scheduled
-name whose status (the journal's rule) is late or failing; that is
-``ServiceReturnedUnexpectedResult``, naming up to five of them and counting the rest.
-The journal is read in a few queries whatever the number of names
-(:mod:`.journal.alerting`). Messages carry the library's own error texts, which never
-hold a secret.
+A store is asked for one record of its current locks (one round trip; on Workers KV one
+API request of its budget); a store that fails is ``ServiceUnavailable``. An overdue name
+(late or failing, by the journal's rule, read in a few queries: :mod:`.journal.alerting`)
+is ``ServiceReturnedUnexpectedResult``. Messages carry the library's own error texts, which
+never hold a secret. How to add it to each django-health-check version:
+``docs/reference/observability.md``.
 """
 
 from __future__ import annotations

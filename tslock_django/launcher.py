@@ -2,30 +2,12 @@
 runner's life, then becomes the program (``exec``).
 
 :mod:`tslock_django.runner` starts it as ``python -I -S launcher.py RUNNER_PID WATCH_FD
-STATUS_FD PROGRAM [ARGS...]`` in a session of its own (``start_new_session``, so its
-process group is the program's). Run by path with ``-I -S``, it imports nothing but the
-standard library and starts in about 15 ms. Before it becomes the program it:
-
-1. Puts back the dispositions Python changed at start-up (SIGINT, SIGPIPE, SIGXFSZ), so
-   the program starts as it would from a shell; a signal the runner's caller ignored
-   stays ignored.
-2. Leaves a *watchdog* in the program's process group: a forked copy of itself, orphaned
-   at once (so it is nobody's child the program would have to wait for), which ignores
-   the signals the runner passes on and waits on ``WATCH_FD``, the read end of a pipe
-   whose write end only the runner holds. The pipe reads end-of-file when the runner is
-   gone, however it died (SIGKILL included); the watchdog then kills the whole group,
-   grandchildren too, on every POSIX platform. While the runner lives, it kills the
-   group itself (watchdog included) once the program has ended.
-3. On Linux, asks for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), and checks
-   that its parent is still ``RUNNER_PID`` (it may have died before the request): a
-   second guard for the program's own process should the watchdog be gone.
-4. Replaces itself with the program, in the environment it was started with (on Linux
-   read from ``/proc/self/environ``: Python's own start-up may have added ``LC_CTYPE``).
-   If that fails, it writes the ``errno`` on ``STATUS_FD`` and exits 127; on success the
-   descriptor closes with the ``exec``, so the runner reads end-of-file.
-
-No ``preexec_fn``: all of this runs in a process of its own after ``exec``, not in a
-forked copy of the (possibly threaded) runner.
+STATUS_FD PROGRAM [ARGS...]`` in a session of its own; it imports nothing but the standard
+library. It puts back the signal dispositions Python changed, leaves a watchdog in the
+program's group that kills the group when the runner is gone, asks on Linux for SIGKILL at
+its parent's death, and ``exec``s the program in the environment it was started with (an
+``errno`` on ``STATUS_FD`` and exit 127 when that fails). The steps and why each is there:
+``docs/explanation/run.md``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """One listing across several providers: merge each provider's sorted page.
 
-Every provider answers the same :class:`~tslock_django.core.query.LockQuery` one page
-at a time, in the same order. For a page of ``L`` rows this module asks each provider
-for ``L`` records from where it stands, merges the pages by the query's sort key (then
-provider order, then name) and takes the first ``L``. Each provider's place after the
-page is the position after the last record taken from it, so nothing is read twice and
-nothing is skipped: a provider none of whose records were taken stays where it was.
-
-A :class:`ListingCursor` holds every provider's place. It is signed (its own salt)
-and bound to the providers listed and to the query's shape and page size, so a cursor
-from another filter, another set of providers or an edited URL raises
-:class:`~tslock_django.exceptions.InvalidCursor` instead of showing a wrong page.
-
-Previous pages: the cursor of the page before holds the places where this page
-started, marked backward. Reading it means one backward read per provider of the
-``L + 1`` records that end at its place (``backward_from``), a merge keeping the last
-``L``, and so the place where each provider starts that page (just after the record
-before its first kept one, or its beginning); the page is then read forward from there
-like any other. A provider that cannot page backwards (Workers KV) makes the listing
-offer its first page instead, and says why.
+For a page of ``L`` rows each provider is asked for ``L`` records from where it stands; the
+pages are merged by the query's sort key (then provider order, then name) and the first
+``L`` kept, so nothing is read twice or skipped. A :class:`ListingCursor` holds every
+provider's place, signed and bound to the providers and the query, so a cursor from
+elsewhere raises :class:`~tslock_django.exceptions.InvalidCursor`. How places move, and how
+a previous page is found: ``docs/explanation/listing.md``.
 """
 
 from __future__ import annotations

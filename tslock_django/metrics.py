@@ -1,30 +1,13 @@
-"""Prometheus metrics (the optional extra ``tslock-django[prometheus]``).
+"""Prometheus metrics (the optional extra ``tslock-django[prometheus]``); the metrics and
+their labels are listed in ``docs/reference/observability.md``.
 
-Two kinds, for two kinds of process:
-
-- :class:`JournalCollector`, registered with :func:`register_collector`, computes its
-  metrics at scrape time from the journal's ``Job`` table. A management command run by
-  cron is gone before any Prometheus server could scrape it, so what it did is read
-  back from the journal by the web process that is scraped:
-  ``tslock_last_success_timestamp_seconds``, ``tslock_last_run_duration_seconds``,
-  ``tslock_overdue`` (1 when late or failing, by the journal's status rule; scheduled
-  names only) and ``tslock_runs_total{outcome}``, each labelled ``lock_name`` and
-  ``provider``; ``tslock_journal_names`` and ``tslock_journal_up`` (0 when the
-  journal could not be read).
-- :func:`install` connects counters to the library's signals for long-lived processes
-  (a web server, a worker) that take locks themselves: ``tslock_lock_attempts_total``,
-  ``tslock_lock_acquired_total``, ``tslock_lock_skipped_total``,
-  ``tslock_lock_errors_total`` and ``tslock_keep_alive_failures_total``, labelled
-  ``lock_name`` and ``provider``. Nothing is connected until ``install()`` is called.
-
-Both label at most ``TSLOCK_METRICS["max_names"]`` names (:func:`max_names`); the
-others are summed under ``lock_name="__other__"`` (:data:`OTHER`), so a name pattern
-such as ``sync-{account_id}`` cannot grow the series without bound. A scrape reads the
-journal in a few queries whatever the number of names (:mod:`.journal.alerting`).
-
-The names follow ShedLock's Micrometer listener, in Prometheus form (``_total`` for
-counters, ``_seconds`` for times). Importing this module needs ``prometheus_client``;
-nothing else in tslock imports it.
+Two kinds, for two kinds of process: :class:`JournalCollector` (:func:`register_collector`)
+computes its metrics at scrape time from the journal, because a command run by cron is gone
+before any server could scrape it; :func:`install` connects in-process counters to the
+library's signals, for long-lived processes that take locks themselves. Both label at most
+:func:`max_names` names and sum the rest under ``lock_name="__other__"`` (``OTHER``),
+so a name pattern cannot grow the series without bound. Names follow ShedLock's Micrometer
+listener, in Prometheus form. Only this module imports ``prometheus_client``.
 """
 
 from __future__ import annotations
@@ -86,7 +69,7 @@ def max_names() -> int:
 class JournalCollector(Collector):
     """Metrics read from the journal at each scrape, nothing kept between scrapes: one
     aggregate over the ``Job`` table, the late or failing names, and the rows of at most
-    :func:`max_names` names; the others summed under :data:`OTHER`.
+    :func:`max_names` names; the others summed under ``OTHER``.
 
     Args:
         using: the journal's database alias; by default ``TSLOCK_JOURNAL["using"]``,

@@ -1,34 +1,10 @@
 """An exception reporter filter that keeps lock provider secrets off Django's error pages.
 
-Django's technical 500 page (``DEBUG = True``) and the error e-mails it sends to
-``ADMINS`` show settings, ``request.META`` (which, under ``runserver`` and most WSGI
-servers, holds the process environment) and the local variables of every frame. Its
-default filter hides values whose *name* looks secret (``TOKEN``, ``KEY``, ``PASS``...),
-which misses a provider URL: ``TSLOCK_URL=cloudflare-kv://ACCOUNT:TOKEN@NAMESPACE`` has
-a name that matches none of them. Use this filter::
-
-    DEFAULT_EXCEPTION_REPORTER_FILTER = "tslock_django.reporting.TslockExceptionReporterFilter"
-
-On top of Django's rules it:
-
-- hides the variables named in :attr:`~TslockExceptionReporterFilter.provider_url_variables`
-  (``TSLOCK_URL``, ``TSLOCK_*_URL``) wherever they show: settings, ``META``, frames;
-- masks the user and password of every URL it shows (``scheme://***@host``), so a
-  ``redis://:password@host`` or a provider URL under any other name does not show either;
-- hides, in every value it shows (text, bytes, and the ``repr`` of any other object),
-  the secrets configured in ``TSLOCK_PROVIDERS``, whatever variable holds them, in any
-  escaped form (:func:`tslock_django.core.scrubbing.scrub`): the OPTIONS whose names
-  Django hides, such as ``token`` and ``api_token``; the password of every URL among
-  the OPTIONS (a Redis ``url``), as written and decoded (``p%40ss`` and ``p@ss``); and
-  the passwords of the ``CACHES`` entry a Redis provider's ``cache`` option names (its
-  ``LOCATION`` and ``OPTIONS``). So the password redis-py holds while it connects
-  (``auth_args``) does not show either;
-- applies ``@sensitive_variables`` also when ``DEBUG = True``: Django skips it then,
-  but a DEBUG page is often seen by more people than the settings file.
-
-tslock's own code that handles provider URLs and OPTIONS is marked with
-``@sensitive_variables``, so the frames of a failing settings module show ``********``
-for the URL and the token.
+Django's technical 500 page and the error e-mails to ``ADMINS`` show settings,
+``request.META`` (often the process environment) and every frame's local variables, and
+its default filter hides values by their *name* only, which misses a provider URL such as
+``TSLOCK_URL=cloudflare-kv://ACCOUNT:TOKEN@NAMESPACE``. :class:`TslockExceptionReporterFilter`
+also hides what tslock's settings make secret, wherever it shows.
 """
 
 from __future__ import annotations
@@ -49,7 +25,25 @@ _USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^/@\s'\"]+@", re.IG
 
 class TslockExceptionReporterFilter(SafeExceptionReporterFilter):
     """``SafeExceptionReporterFilter`` that also hides provider URLs and the secrets in
-    ``TSLOCK_PROVIDERS`` (see the module docstring for what it hides and where)."""
+    ``TSLOCK_PROVIDERS``. Use it as ``DEFAULT_EXCEPTION_REPORTER_FILTER =
+    "tslock_django.reporting.TslockExceptionReporterFilter"``.
+
+    On top of Django's rules it:
+
+    - hides the variables named by ``provider_url_variables`` (``TSLOCK_URL``,
+      ``TSLOCK_*_URL``) wherever they show: settings, ``META``, frames;
+    - masks the user and password of every URL it shows (``scheme://***@host``), so a
+      ``redis://:password@host`` or a provider URL under any other name does not show either;
+    - hides, in every value it shows (text, bytes, and the ``repr`` of any other object),
+      the secrets configured in ``TSLOCK_PROVIDERS``, whatever variable holds them, in any
+      escaped form (``tslock_django.core.scrubbing.scrub``): the OPTIONS whose names
+      Django hides, such as ``token`` and ``api_token``; the password of every URL among
+      the OPTIONS, as written and decoded (``p%40ss`` and ``p@ss``); and the passwords of
+      the ``CACHES`` entry a Redis provider's ``cache`` option names, so the password
+      redis-py holds while it connects (``auth_args``) does not show either;
+    - applies ``@sensitive_variables`` also when ``DEBUG = True``: Django skips it then,
+      but a DEBUG page is often seen by more people than the settings file.
+    """
 
     #: Names (settings, environment variables, frame variables) whose value is hidden
     #: whole. A subclass can add the names a project uses for its provider URLs.

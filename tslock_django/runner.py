@@ -1,31 +1,12 @@
 """Running a program as a child of this process, the way an init such as ``tini`` does:
-no shell, the same stdin, stdout and stderr, termination signals passed on, and an exit
-status that says how the child ended.
+no shell, the same stdin, stdout and stderr, termination signals passed on to its whole
+process group, and an exit status that says how the child ended (its own, ``128 + N``
+when signal ``N`` killed it, 127 when it cannot be started).
 
-The program never outlives the runner's lock:
-
-- It runs in a session, so a process group, of its own; SIGTERM, SIGINT and SIGHUP sent
-  to the runner go to that whole group, whatever the program started included. A
-  session rather than only a group: the program then has no controlling terminal, so it
-  is never stopped for reading a terminal that the runner's group holds in the
-  foreground (SIGTTIN), and Ctrl-C reaches it once, through the runner.
-- When the program ends, whatever it left running in its group is killed (SIGKILL)
-  before the runner goes on to release the lock.
-- When the runner dies, even of SIGKILL, the group is killed: a watchdog left in the
-  group by :mod:`tslock_django.launcher` sees the runner go (any POSIX platform), and on
-  Linux the program's first process also has SIGKILL as its parent-death signal.
-- The program's environment is the one the runner was started with (see
-  :func:`tslock_django.launcher.starting_environment`), not the runner's as Django left
-  it (Django sets ``TZ`` from ``settings.TIME_ZONE``).
-
-``tslock run`` (:mod:`tslock_django.cli.run`) holds the lock around :meth:`Child.run`;
-this module knows nothing of locks or the journal.
-
-Exit statuses, as shells report them:
-
-- the program's own status when it exits;
-- ``128 + N`` when signal ``N`` killed it;
-- 127 when it cannot be started (not found, not executable, not a program).
+The program never outlives the runner's lock: what it leaves running is killed when it
+ends, and its group is killed when the runner dies (see :mod:`tslock_django.launcher`).
+``tslock run`` holds the lock around :meth:`Child.run`; this module knows nothing of locks
+or the journal. Why it is built so: ``docs/explanation/run.md``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""Signals sent around every lock operation.
-
-Every signal is sent with ``sender`` = the provider class and these keyword arguments:
-``alias`` (provider alias), ``name`` (lock name) and, where one exists, ``record``
-(the :class:`~tslock_django.LockRecord` involved), ``lock_at_most_for`` and
+"""Signals sent around every lock operation, with ``sender`` the provider class and the
+keyword arguments ``alias`` (provider alias), ``name`` (lock name) and, where one exists,
+``record`` (the :class:`~tslock_django.LockRecord` involved), ``lock_at_most_for`` and
 ``lock_at_least_for`` (``timedelta``).
-
-- ``lock_attempted``: before asking the store.
-- ``lock_acquired``: the store granted the lock (``record`` is ours).
-- ``lock_skipped``: held by someone else (``record`` is the holder's when known).
-- ``lock_failed``: the store failed while acquiring (``error`` is the exception, which
-  the caller then receives; never sent for "held").
-- ``lock_released``: ``unlock()`` finished (``released`` says whether it was still ours).
-- ``lock_extended``: ``extend()`` succeeded (``record`` is the new holding).
-- ``keep_alive_failed``: a keep-alive extension failed or was refused (``error`` is the
-  exception or ``None`` when the store said the lock was no longer ours).
-- ``lock_force_released``: an operator released a lock (``released`` says whether
-  anything changed; ``expected`` is the token or fencing token the release was
-  conditional on).
 
 tslock sends them with ``send_robust``: a receiver that raises is logged (logger
 ``tslock_django``) and never interrupts the lock operation.
@@ -28,13 +13,24 @@ from django.dispatch import Signal
 
 logger = logging.getLogger("tslock_django")
 
+#: Before the store is asked.
 lock_attempted = Signal()
+#: The store granted the lock (``record`` is ours).
 lock_acquired = Signal()
+#: Held by someone else (``record`` is the holder's when known).
 lock_skipped = Signal()
+#: The store failed while acquiring (``error``: the exception the caller then receives);
+#: never sent for "held".
 lock_failed = Signal()
+#: ``unlock()`` finished (``released``: whether it was still ours).
 lock_released = Signal()
+#: ``extend()`` succeeded (``record`` is the new holding).
 lock_extended = Signal()
+#: A keep-alive extension failed or was refused (``error``: the exception, or ``None``
+#: when the store said the lock was no longer ours).
 keep_alive_failed = Signal()
+#: An operator released a lock (``released``: whether anything changed; ``expected``: the
+#: token or fencing token the release was conditional on).
 lock_force_released = Signal()
 
 

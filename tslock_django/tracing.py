@@ -1,24 +1,13 @@
 """OpenTelemetry: one span per journaled run, when ``opentelemetry-api`` is installed.
 
-:class:`~tslock_django.guard.GuardedRun` calls :func:`begin` before it takes the lock and
-then the :class:`RunSpan` methods that mirror the journal's recorder. The span is named
-``tslock.run <lock name>`` and carries ``tslock.lock_name``, ``tslock.provider``,
-``tslock.outcome`` and (where the store has one) ``tslock.fencing_token``. While the job
-runs the span is the current one, so the job's own spans (database queries, HTTP calls)
-are its children. It starts when the lock is asked for, so a skip or a store error is a
-span too (a short one).
-
-A failure is an ``exception`` event (``exception.type``, ``exception.message``,
-``exception.stacktrace``, as OpenTelemetry's semantic conventions name them) and an error
-status whose description is the journal's ``detail``, all scrubbed like the journal's
-text (:func:`tslock_django.core.scrubbing.hide_secrets`). The exception object itself is
-never handed to the API: ``record_exception`` would export its message unscrubbed.
-
-Spans are made only where the project uses OpenTelemetry, that is where something in the
-process has imported ``opentelemetry.trace`` (the SDK's set-up, an instrumentation,
-``opentelemetry-instrument``). Where nothing has, no tracer provider can have been set and
-every span would be a no-op, so :func:`begin` returns ``None`` without importing the API,
-which would add about 7 ms to each command's start where the package is merely installed.
+:class:`~tslock_django.guard.GuardedRun` calls :func:`begin` before it takes the lock, then
+the :class:`RunSpan` methods that mirror the journal's recorder; while the job runs the
+span is the current one, so the job's own spans are its children. What a span carries is in
+``docs/reference/observability.md``. Its text is scrubbed like the journal's
+(:func:`tslock_django.core.scrubbing.hide_secrets`), and the exception object is never
+handed to the API (``record_exception`` would export its message unscrubbed). Where nothing
+in the process has imported ``opentelemetry.trace`` no tracer can be set, so :func:`begin`
+returns ``None`` without importing the API, whose import is costly at every command's start.
 """
 
 from __future__ import annotations

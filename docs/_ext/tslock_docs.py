@@ -9,7 +9,7 @@ cannot drift from it:
     project's locked command.
 ``tslock-options BACKEND``
     a table of the OPTIONS of a built-in provider with their defaults, from
-    ``tslock_django.providers.options``. The directive's content gives one line of meaning
+    ``tslock_django.providers.store_options``. The directive's content gives one line of meaning
     per option (``key: text``); an option the code has and the page does not describe, or
     the other way round, is a warning, which ``make docs`` (``-W``) turns into a failure.
 """
@@ -180,7 +180,7 @@ class TslockOptions(SphinxDirective):
     option_spec = {"exclude-defaults": directives.flag}
 
     def run(self) -> list[nodes.Node]:
-        from tslock_django.providers.options import BUILT_IN
+        from tslock_django.providers.store_options import BUILT_IN
 
         _depend_on_the_package(self)
         backend = self.arguments[0]
@@ -229,7 +229,7 @@ INTERNAL = {
     "tslock_django.core.provider.Attempt",
     "tslock_django.conf.invalid_url_entry",
     "tslock_django.worker.export.copy_worker_modules",
-    "tslock_django.testing.worker_runtime.ProgressStream",
+    "tslock_django.worker.runtime.ProgressStream",
 }
 _TYPE_VARIABLES = {"P", "~P", "R", "T", "C", "P.args", "P.kwargs"}
 

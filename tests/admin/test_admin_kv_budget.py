@@ -18,11 +18,11 @@ from django.utils import dateformat
 from django.utils import timezone as django_timezone
 
 from tests.admin.tslock_test_providers import FakeKVProvider, path_of
+from tests.kv.fake import FakeKVTransport
 from tslock_django import LockConfiguration
 from tslock_django.admin import Selection
 from tslock_django.conf import providers
 from tslock_django.core.clock import MutableClock
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 pytestmark = pytest.mark.django_db
 

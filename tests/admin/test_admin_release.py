@@ -29,6 +29,7 @@ from tests.admin.tslock_test_providers import (
     StaticProvider,
     path_of,
 )
+from tests.kv.fake import FakeKVTransport
 from tslock_django import LockConfiguration
 from tslock_django.admin import Selection
 from tslock_django.conf import DATABASE_BACKEND, MEMORY_BACKEND, providers
@@ -36,7 +37,6 @@ from tslock_django.core.clock import MutableClock
 from tslock_django.core.provider import LockProvider, SimpleLock
 from tslock_django.models import Lock
 from tslock_django.signals import lock_force_released
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 pytestmark = pytest.mark.django_db
 

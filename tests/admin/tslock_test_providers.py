@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django.conf import MEMORY_BACKEND
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.provider import LockProvider, SimpleLock
@@ -15,7 +16,6 @@ from tslock_django.core.records import LockRecord, UnreadableRecord
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_kv import KVLockProvider
 from tslock_django.providers.memory import MemoryLockProvider
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 #: A TSLOCK_PROVIDERS entry for an in-process provider.
 MEMORY: dict[str, Any] = {"BACKEND": MEMORY_BACKEND, "OPTIONS": {}}

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 from .proxy import FaultProxy
 

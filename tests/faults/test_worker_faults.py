@@ -14,7 +14,7 @@ import pytest
 
 from tslock_django import LockConfiguration, LockProviderError
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 from .proxy import FORWARDED, FaultProxy
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django.core.clock import MutableClock
 from tslock_django.providers.cloudflare_kv import KVLockProvider
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 ACCOUNT_ID = "test-account"
 NAMESPACE_ID = "test-namespace"

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django.core.budget import AdminViewListing, RequestAllowance, admin_view_listing
 from tslock_django.core.clock import MutableClock
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.query import LockPage, LockQuery
 from tslock_django.exceptions import InvalidLockProvider
 from tslock_django.providers.cloudflare_kv import KVLockProvider
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 from .conftest import ACCOUNT_ID, API_TOKEN, NAMESPACE_ID, MakeProvider
 

@@ -12,11 +12,11 @@ from datetime import timedelta
 
 import pytest
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django.core.clock import MutableClock
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.exceptions import LockProviderError, LockRateLimited
 from tslock_django.providers.cloudflare_kv import KVLockProvider
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 from .conftest import API_TOKEN, MakeProvider
 

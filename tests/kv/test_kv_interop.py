@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django.core.clock import MutableClock
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.records import fingerprint
 from tslock_django.providers.cloudflare_kv import epoch_ms
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 from .conftest import MakeProvider
 

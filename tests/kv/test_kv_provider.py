@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django.core.clock import MutableClock
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.query import ALL_STATES, LockQuery
 from tslock_django.core.records import fingerprint
 from tslock_django.exceptions import InvalidLockProvider, LockProviderError
 from tslock_django.providers.cloudflare_kv import KVLockProvider, KVRecord, epoch_ms, expiration_ttl
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 from .conftest import ACCOUNT_ID, API_TOKEN, NAMESPACE_ID, MakeProvider
 

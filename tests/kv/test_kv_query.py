@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django.core.clock import MutableClock
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.query import ALL_STATES, LockPage, LockQuery, encode_cursor
@@ -19,7 +20,6 @@ from tslock_django.core.records import LockRecord
 from tslock_django.exceptions import InvalidCursor, LockProviderError, UnsupportedQuery
 from tslock_django.providers.cloudflare_kv import KVLockProvider
 from tslock_django.providers.kv_rest import MISS, ListingCache
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 from .conftest import MakeProvider
 

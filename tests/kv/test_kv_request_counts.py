@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django.core.clock import MutableClock
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.core.query import LockQuery
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 from .conftest import MakeProvider
 

@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
+from tests.kv.fake import FakeKVTransport
 from tslock_django.core.clock import MutableClock
 from tslock_django.exceptions import LockProviderError, LockRateLimited
 from tslock_django.providers.http import transport_errors
 from tslock_django.providers.kv_rest import KVRestNamespace
-from tslock_django.testing.kv_fake import FakeKVTransport
 
 from .conftest import ACCOUNT_ID, API_TOKEN, NAMESPACE_ID
 

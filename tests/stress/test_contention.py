@@ -16,7 +16,7 @@ import pytest
 from django.db import connections
 
 from tests.conftest import database_marks
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 from .conftest import StressSize
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import require_node
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-from tslock_django.testing.worker_runtime import LocalWorker
 from tslock_django.worker.export import copy_worker_modules
+from tslock_django.worker.runtime import LocalWorker
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -12,7 +12,7 @@ import time
 
 from tslock_django.core.configuration import LockConfiguration
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 
 def measure(calls: int = 500, warmup: int = 20) -> list[float]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tests.conftest import require_node
 from tests.worker.test_worker_listing import acquire, client, names, query, wait_until
-from tslock_django.testing.worker_runtime import LocalWorker
 from tslock_django.worker.export import copy_worker_modules
+from tslock_django.worker.runtime import LocalWorker
 
 PRUNE_PROBE = Path(__file__).parent / "fixtures" / "prune_probe.js"
 

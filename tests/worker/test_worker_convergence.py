@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import require_node
 from tests.worker.conftest import fixture_worker
 from tests.worker.test_worker_listing import acquire, client, query, wait_until
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 # Generous: the alarm re-sends after 1 s, then 2 s and 4 s; this only bounds a hung test.
 CONVERGED = 20.0

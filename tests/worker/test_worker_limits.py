@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 LIMIT = 16 * 1024
 

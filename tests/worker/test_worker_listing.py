@@ -18,8 +18,8 @@ from tslock_django import LockConfiguration
 from tslock_django.core.query import LockQuery
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-from tslock_django.testing.worker_runtime import LocalWorker
 from tslock_django.worker.export import copy_worker_modules
+from tslock_django.worker.runtime import LocalWorker
 
 OLD_WORKER = Path(__file__).parent / "fixtures" / "index_before_queries.js"
 

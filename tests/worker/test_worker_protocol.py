@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 
 def unique(label: str = "lock") -> str:

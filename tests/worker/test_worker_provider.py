@@ -23,7 +23,7 @@ from tslock_django.core.query import LockQuery
 from tslock_django.core.records import LockRecord, UnreadableRecord, fingerprint
 from tslock_django.exceptions import InvalidLockProvider, LockProviderError, LockRateLimited
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 SECRET = "sup3r-secret-value-XYZ"
 

@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import require_node
 from tests.worker.conftest import fixture_worker
 from tests.worker.test_worker_listing import acquire, client, query, wait_until
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 DELAY_MS = 1500
 

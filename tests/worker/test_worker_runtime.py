@@ -18,9 +18,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from tests.conftest import require_node
 from tslock_django.cli import runtime as _runtime
-from tslock_django.testing import worker_runtime
-from tslock_django.testing.worker_runtime import LocalWorker, WorkerRuntimeError
+from tslock_django.worker import runtime as worker_runtime
 from tslock_django.worker.export import worker_modules
+from tslock_django.worker.runtime import LocalWorker, WorkerRuntimeError
 
 SOURCE = worker_runtime.WORKER_DIR
 SHIPPED = (*worker_modules(), "serve.mjs", "package.json", "package-lock.json")
@@ -106,7 +106,7 @@ def test_a_relative_persist_dir_is_taken_from_the_callers_directory(
 
 
 def test_missing_node_is_a_helpful_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tslock_django.testing.worker_runtime.shutil.which", lambda name: None)
+    monkeypatch.setattr("tslock_django.worker.runtime.shutil.which", lambda name: None)
     with pytest.raises(WorkerRuntimeError, match=r"Node\.js is not installed.*20\.3 or newer.*nodejs\.org"):
         LocalWorker().start()
 

@@ -23,7 +23,7 @@ from tests.worker.test_worker_listing import acquire, client, names, query, uniq
 from tslock_django.core.query import LockQuery
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-from tslock_django.testing.worker_runtime import LocalWorker
+from tslock_django.worker.runtime import LocalWorker
 
 SHARDS = 4
 # Code points where UTF-16 order and code point order disagree (U+E000..U+FFFF against

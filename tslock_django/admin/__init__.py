@@ -1,5 +1,5 @@
-"""The admin's Locks and Runs pages (see :mod:`.options`): the ``ModelAdmin`` classes and
-their URLs in ``options``, the Locks page in ``locks_page``, force release and its
+"""The admin's Locks and Runs pages: the ``ModelAdmin`` classes and
+their URLs in ``model_admins``, the Locks page in ``locks_page``, force release and its
 history in ``release``, what a Locks row shows in ``rows``, the Runs page and a name's
 history of runs in ``runs_page``. Importing this package registers both pages."""
 
@@ -9,7 +9,7 @@ from django.contrib import admin
 
 from ..core.human import format_remaining
 from ..models import Job, Lock
-from .options import RELEASE_PERMISSION, VIEW_PERMISSION, LockAdmin, RunsAdmin
+from .model_admins import RELEASE_PERMISSION, VIEW_PERMISSION, LockAdmin, RunsAdmin
 from .rows import STATES, LockRow, Selection, make_row
 
 admin.site.register(Lock, LockAdmin)

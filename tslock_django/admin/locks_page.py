@@ -32,7 +32,7 @@ from .frame import ListFilter, ListFrame
 from .rows import LockRow, make_row
 
 if TYPE_CHECKING:
-    from .options import LockAdmin
+    from .model_admins import LockAdmin
 
 logger = logging.getLogger("tslock_django.admin")
 

@@ -23,7 +23,7 @@ from ..models import Lock
 from .rows import Selection
 
 if TYPE_CHECKING:
-    from .options import LockAdmin
+    from .model_admins import LockAdmin
 
 # Logged under the admin package's name, where operators (and the tests) look for it.
 logger = logging.getLogger("tslock_django.admin")

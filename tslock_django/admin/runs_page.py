@@ -50,7 +50,7 @@ from ..journal.status import (
 from .frame import ListFilter, ListFrame
 
 if TYPE_CHECKING:
-    from .options import RunsAdmin
+    from .model_admins import RunsAdmin
 
 logger = logging.getLogger("tslock_django.admin")
 

@@ -1,31 +1,12 @@
 """``manage.py tslock run NAME --at-most-for D [...] -- PROGRAM [ARGS...]``: run any
 program under a lock, journaled, for cron lines and Kubernetes CronJobs.
 
-Exit statuses:
-
-- the program's own; ``128 + N`` when signal ``N`` killed it;
-- 0 when the lock is held elsewhere (one ``skipped: ...`` line on stderr, as a locked
-  command prints), 75 with ``--on-locked fail``;
-- 1 when the store failed: the program did not run (fail closed);
-- 127 when the program cannot be started;
-- 2 for a usage mistake (argparse's message; nothing is locked).
-
-SIGTERM, SIGINT and SIGHUP are passed on to the program's whole process group (it runs
-in a session of its own); the lock is released once it has ended, and whatever it left
-running in its group is killed first. If the runner itself is killed (even with
-SIGKILL), the program's group is killed too. A signal that arrives before the program
-starts (while the lock is taken) keeps it from starting: the run is journaled
-``failed``, the lock released, and the exit status is ``128 + N``. The program's
-environment is the one ``tslock run`` was started with (on Linux exactly; see
-:mod:`tslock_django.runner`).
-
-Why the status is given by ``sys.exit``: Django turns ``CommandError`` into exit status
-1 (or its ``returncode``) but always prints ``CommandError: ...`` first, and the
-program's stderr is its own: a program that exits 3 must look like itself exiting 3.
-So :func:`exit_with`, the very last step of the subcommand (after the lock is released
-and the journal written), raises ``SystemExit`` with the status when run from a shell.
-Under ``call_command`` a status other than 0 is a ``CommandError`` carrying it as
-``returncode``, so a caller in Python is never exited from.
+The program runs as a child (:mod:`tslock_django.runner`) while the lock is held; its exit
+status is the program's own, or says why it did not run (``docs/reference/exit-statuses.md``).
+The status is given by ``sys.exit`` from a shell, after the lock is released and the
+journal written, so a program that exits 3 looks like itself exiting 3 (``CommandError``
+would print first); under ``call_command`` it is a ``CommandError`` carrying it as
+``returncode``. Why, and how signals reach the program: ``docs/explanation/run.md``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ..testing import worker_runtime as runtime
+from ..worker import runtime
 from .arguments import port as port_number
 
 HELP = (

@@ -3,7 +3,7 @@ ones named, text (from a URL's query string) read as the type of the default.
 
 Kept apart from :mod:`tslock_django.core.provider` so that the system checks can read a
 built-in provider's OPTIONS without importing that provider (see
-:mod:`tslock_django.providers.options`); it imports nothing but the exceptions.
+:mod:`tslock_django.providers.store_options`); it imports nothing but the exceptions.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """Scrubbing secrets out of text: what a store echoed back, and what the journal keeps
 and shows.
 
-A store, or whatever stands in front of it (a proxy, a hostile server at the configured
-URL), can echo a request back in an error: the ``Authorization`` header in a JSON error
-message, a status line that the HTTP library quotes, a lock token inside a JSON object
-that was turned into a string. The echo rarely keeps the secret as it was sent: JSON
-escapes ``\\`` and ``"``, Python's ``repr`` escapes ``\\`` and the quote, a URL
-percent-encodes. :func:`scrub` replaces every such form of every secret it is given, so
-the text can go into a ``LockProviderError`` that the Locks page, ``tslock list`` and
-logs show. Every error path of the HTTP providers (:mod:`tslock_django.providers.http`)
-and the Redis provider builds its message through :func:`scrub`; scrub before cutting a
-text to length, or a cut secret would no longer be recognised.
-
-A job's own exception can carry anything: a database URL with its password, a request's
-``Authorization`` header, a ``password=`` pair. :func:`hide_secrets` is the one scrubber
-of the journal's text, where it is stored (a run's ``detail``) and wherever it is shown
-(``tslock runs``, ``tslock overdue``, the Runs pages, the health check, spans, log
-lines), so rows an older release wrote are masked too. It masks every secret the
-project's settings configure (:func:`configured_secrets`) and the values that look like
-secrets whatever they are (:func:`hide_secret_values`).
+:func:`scrub` replaces every form of the secrets it is given (as sent, JSON-escaped,
+``repr``-escaped, percent-encoded), because a store or a proxy in front of it can echo a
+request back in an error; every error path of the HTTP and Redis providers builds its
+message through it, before cutting the text to length. :func:`hide_secrets` is the one
+scrubber of the journal's text, where it is stored and wherever it is shown: it masks every
+secret the project's settings configure (:func:`configured_secrets`) and the values that
+look like secrets whatever they are (:func:`hide_secret_values`), since a job's own
+exception can carry anything.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """The journal's writes on PostgreSQL: one statement each.
 
-Through the ORM a run's start is a transaction of four statements (the look for lost
-runs, the run's row, the name's ``Job`` row) and its end one of three, each a round trip
-with ``BEGIN`` and ``COMMIT`` besides. PostgreSQL runs data-modifying statements inside
-``WITH``, so each write here is one statement in autocommit: atomic on its own, two round
-trips per run instead of nine (measured: 1.3 ms against 4.0 ms for a run's two writes on
-one loaded machine). The rows written are the ones the ORM path writes
-(:mod:`tslock_django.journal.recorder`), which other databases use.
-
-Every sub-statement of a ``WITH`` sees the same snapshot and runs exactly once, whether
-or not the main statement reads it.
+Through the ORM a run's start is a transaction of four statements and its end one of three.
+PostgreSQL runs data-modifying statements inside ``WITH``, so each write here is one
+statement in autocommit, atomic on its own: two round trips per run instead of nine
+(figures in ``docs/benchmarks.md``). The rows written are the ones the ORM path
+(:mod:`tslock_django.journal.recorder`) writes on other databases. Every sub-statement of a
+``WITH`` sees the same snapshot and runs exactly once, whether or not the main statement
+reads it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 This package holds the provider implementations (``providers.database``,
 ``providers.memory``, ``providers.cloudflare_do``, ``providers.cloudflare_kv``,
-``providers.redis``), what the built-in ones accept in OPTIONS (``providers.options``,
+``providers.redis``), what the built-in ones accept in OPTIONS (``providers.store_options``,
 read by the system checks without importing the implementations), and is also the
 handler that ``TSLOCK_PROVIDERS`` configures, shaped like Django's ``caches``::
 

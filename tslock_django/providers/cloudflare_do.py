@@ -29,7 +29,7 @@ from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
 from .http import PooledClient, Request, error_for_status, json_body, parse_json
 from .http_async import AsyncPooledClient
-from .options import CLOUDFLARE_MAX_KEY_BYTES, DURABLE_OBJECT
+from .store_options import CLOUDFLARE_MAX_KEY_BYTES, DURABLE_OBJECT
 
 T = TypeVar("T")
 #: One operation against the Worker, as steps: the requests it sends, then its result.
@@ -97,7 +97,7 @@ class DurableObjectLockProvider(SteppedPrimitives, LockProvider):
     # -- options -------------------------------------------------------------------
 
     def _validate_options(self) -> None:
-        # The checks live in providers.options, where the system checks run them too.
+        # The checks live in providers.store_options, where the system checks run them too.
         self.options = DURABLE_OBJECT.check(self.alias, self.options)
 
     def key_for(self, name: str) -> str:

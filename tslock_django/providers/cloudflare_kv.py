@@ -59,7 +59,7 @@ from ..exceptions import InvalidCursor, LockProviderError
 from .epoch import from_epoch_ms, to_epoch_ms
 from .http import Request
 from .kv_rest import LIST_LIMIT_MAX, MISS, KVKey, KVPage, KVRestNamespace, ListingCache
-from .options import CLOUDFLARE_MAX_KEY_BYTES, KV, KV_MIN_KEEP_ALIVE_AT_MOST_FOR
+from .store_options import CLOUDFLARE_MAX_KEY_BYTES, KV, KV_MIN_KEEP_ALIVE_AT_MOST_FOR
 
 T = TypeVar("T")
 #: One operation on the namespace, as steps: the requests it sends, then its result.
@@ -224,7 +224,7 @@ class KVLockProvider(SteppedPrimitives, LockProvider):
 
     Keyword Args:
         transport: an ``httpx.BaseTransport`` used instead of the network (tests, e.g.
-            :class:`tslock_django.testing.kv_fake.FakeKVTransport`).
+            an in-process fake of the KV REST API).
 
     Raises:
         InvalidLockProvider: a missing or wrong option; without the acknowledgement.
@@ -283,7 +283,7 @@ class KVLockProvider(SteppedPrimitives, LockProvider):
         )
 
     def _validate_options(self) -> None:
-        # The checks live in providers.options, where the system checks run them too.
+        # The checks live in providers.store_options, where the system checks run them too.
         self.options = KV.check(self.alias, self.options)
 
     # -- keys ------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from ..core.steps import drive
 from ..exceptions import LockProviderError
 from .http import PooledClient, Request, error_for_status, json_body, parse_json
 from .http_async import AsyncPooledClient
-from .options import KV_DEFAULT_BASE_URL
+from .store_options import KV_DEFAULT_BASE_URL
 
 #: Where the Cloudflare API lives; tests and local runtimes pass another base URL.
 DEFAULT_BASE_URL = KV_DEFAULT_BASE_URL

@@ -14,7 +14,7 @@ from ..core.configuration import LockConfiguration
 from ..core.provider import LockProvider, SimpleLock
 from ..core.query import ListingSupport, LockQuery, StorePage
 from ..core.records import LockRecord
-from .options import MEMORY
+from .store_options import MEMORY
 
 
 class MemoryLockProvider(LockProvider):

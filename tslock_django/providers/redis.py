@@ -41,13 +41,13 @@ from ..core.steps import SteppedPrimitives, drive
 from ..exceptions import LockProviderError
 from . import redis_replies as replies
 from .epoch import EPOCH, MAX_EPOCH_US
-from .options import DJANGO_REDIS_CACHE as DJANGO_REDIS_CACHE
-from .options import DJANGO_REDIS_PACKAGE_CACHE as DJANGO_REDIS_PACKAGE_CACHE
-from .options import REDIS
 from .redis_async import AsyncEdge, AsyncRedis, async_pool_like, async_url_pool
 from .redis_connection import LIVE_PROVIDERS, Kept
 from .redis_errors import explain, scrub_chain
 from .redis_scripts import SCRIPTS, Call
+from .store_options import DJANGO_REDIS_CACHE as DJANGO_REDIS_CACHE
+from .store_options import DJANGO_REDIS_PACKAGE_CACHE as DJANGO_REDIS_PACKAGE_CACHE
+from .store_options import REDIS
 
 _MICROSECOND = timedelta(microseconds=1)
 #: Index entries a listing script reads at most per call: Redis runs one script at a

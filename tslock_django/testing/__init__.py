@@ -1,25 +1,11 @@
-"""Test support that ships with the package, so third-party providers can prove they
-keep the same contract: ``ProviderContract`` and ``StrongProviderContract`` (pytest
-test classes), ``kv_fake`` (an in-process Workers KV REST API) and ``worker_runtime``
-(the companion Worker on the local Workers runtime).
+"""The provider contract suites, shipped so that a third-party provider can prove it
+keeps tslock's contract: ``ProviderContract`` and ``StrongProviderContract`` (pytest test
+classes, with their async cases in :mod:`.acontract`).
 
-The contract classes are imported on first use: they need pytest, which the demo's use
-of ``worker_runtime`` must not.
+This package holds only what users' own tests import; it needs pytest, so nothing else in
+``tslock_django`` imports it (the fakes of this repository's own tests live in ``tests/``).
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .contract import ProviderContract, StrongProviderContract
+from .contract import ProviderContract, StrongProviderContract
 
 __all__ = ["ProviderContract", "StrongProviderContract"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import contract
-
-        return getattr(contract, name)
-    raise AttributeError(f"module 'tslock_django.testing' has no attribute {name!r}")

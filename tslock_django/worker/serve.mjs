@@ -16,7 +16,7 @@
 // `python manage.py tslock runtime --install` puts it. The cache folder is
 // $XDG_CACHE_HOME/tslock-django/worker-runtime/<first 16 hex digits of the SHA-256 of
 // package-lock.json> (~/.cache when XDG_CACHE_HOME is unset or relative): the same rule
-// as tslock_django/testing/worker_runtime.py.
+// as tslock_django/worker/runtime.py.
 
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";

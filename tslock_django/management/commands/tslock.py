@@ -1,28 +1,9 @@
 """``manage.py tslock``: look at and repair locks from a shell, thin over the library.
 
-Subcommands (each in a module of its own under :mod:`tslock_django.cli`, which says
-what it does in full):
-    ``list [--provider A] [--prefix P] [--all | --state S] [--limit N] [--json]``: the
-        current locks of every configured provider (or one), page by page.
-    ``release NAME --provider A [--fencing-token N | --token T] [--yes]``: force-release
-        a lock, conditional on the holding when a condition is given.
-    ``check``: one harmless query per provider, and every job module imported; exit
-        status 1 if a provider fails or a job has a bad decorator argument.
-    ``purge [--expired-for 30d] [--runs-older-than 90d] [--provider A] [--dry-run]
-        [--batch-size N]``: delete the lock records that expired longer ago than that, and
-        the journal's runs older than that.
-    ``reindex [--provider A] [--batch-size N]``: rebuild the Durable Object Worker's index.
-    ``worker --output DIR [--overwrite] [--name NAME]``: write the companion Worker bundle.
-    ``runtime [--install | --remove | --serve [--port N] [--persist DIR]]``: the local
-        Workers runtime, and the Worker served on it.
-    ``run NAME --at-most-for D [...] -- PROGRAM [ARGS...]``: run any program under a lock,
-        journaled (cron lines, Kubernetes CronJobs); exits with the program's status.
-    ``runs [NAME] [--outcome O] [--limit N] [--json]``: the journal's runs, newest first.
-    ``overdue [--json]``: scheduled jobs that are late, failing or new; exit status 1
-        when any is late or failing, 2 when the journal cannot be read.
-
 This module only builds the subparsers from :data:`tslock_django.cli.SUBCOMMANDS` and
-dispatches to the chosen one.
+dispatches to the chosen one; each subcommand is a module of its own under
+:mod:`tslock_django.cli`, which says what it does in full (and ``docs/reference/cli.md``
+for users).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from ...core.query import ListingSupport, LockQuery, StorePage
 from ...core.records import LockRecord, token_digest
 from ...exceptions import LockProviderError
 from ..epoch import from_epoch_us, to_epoch_us
-from ..options import DATABASE, check_database_vendor
+from ..store_options import DATABASE, check_database_vendor
 from . import cursors, tables
 from .carried import ClockOffset, wall_clock_us
 from .listing import PageStatements, unmatchable

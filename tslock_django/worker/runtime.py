@@ -1,6 +1,6 @@
 """Run the companion Worker on the real Workers runtime (workerd via Miniflare) locally.
 
-For tests, benchmarks and the demo::
+``tslock runtime --serve``, the demo, tests and benchmarks run the Worker with it::
 
     with LocalWorker() as worker:
         provider = DurableObjectLockProvider(url=worker.url, token=worker.token)
@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-WORKER_DIR = Path(__file__).resolve().parent.parent / "worker"
+WORKER_DIR = Path(__file__).resolve().parent
 
 #: The oldest Node.js the pinned Miniflare runs on.
 MIN_NODE = (20, 3)

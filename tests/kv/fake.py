@@ -1,5 +1,5 @@
 """An in-process fake of the Workers KV REST API, with Cloudflare's limits and its
-failure modes on demand.
+failure modes on demand: this repository's tests and benchmarks run the KV provider on it.
 
 :class:`FakeKVTransport` is an ``httpx.BaseTransport``: pass it as ``transport=`` to
 :class:`~tslock_django.providers.cloudflare_kv.KVLockProvider` (or to any httpx client)
@@ -54,7 +54,7 @@ from urllib.parse import parse_qs, unquote
 
 import httpx
 
-from ..core.clock import ClockProvider, MutableClock
+from tslock_django.core.clock import ClockProvider, MutableClock
 
 CODE_AUTHENTICATION = 10000
 CODE_INTERNAL = 10001

@@ -134,7 +134,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
 
     @sensitive_variables("url")
     def _validate_options(self) -> None:
-        # The checks live in providers.options, where the system checks run them too.
+        # The checks live in providers.store_options, where the system checks run them too.
         self.options = REDIS.check(self.alias, self.options)
         url, cache = self.options["url"], self.options["cache"]
         if url is not None:

@@ -71,7 +71,7 @@ class DatabaseLockProvider(LockProvider):
 
     def __init__(self, alias: str = "default", **kwargs: Any) -> None:
         super().__init__(alias, **kwargs)
-        # The checks live in providers.options, where the system checks run them too.
+        # The checks live in providers.store_options, where the system checks run them too.
         self.options = DATABASE.check(alias, self.options)
         self.using = self.options["using"]
         connection = connections[self.using]

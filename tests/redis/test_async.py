@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import re
 import warnings
 from collections.abc import Coroutine
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from tslock_django import LockConfiguration, LockProviderError
 from tslock_django.providers.redis import RedisLockProvider
 
-from .conftest import PASSWORD, MakeProvider
+from .conftest import LOCAL_URL, PASSWORD, MakeProvider, require_local_redis
 from .server import RedisServer
 
 pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
@@ -178,43 +177,37 @@ def test_a_release_cancelled_in_flight_still_releases(server: RedisServer) -> No
     asyncio.run(main())
 
 
-def test_a_cancelled_acquire_is_undone_on_its_connection_before_anyone_else_uses_it(
-    make_provider: MakeProvider, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Another task ready to run at the moment of the cancellation (before the undo's
-    # task) must not take the connection the acquire went out on: the undo would go out
-    # on another connection, and nothing would make Redis run it after the acquire.
-    provider = make_provider()
-    config = LockConfiguration("job", "5m")
-    writes: list[tuple[int, bytes]] = []
-    write = asyncio.StreamWriter.write
-
-    def recorded(self: asyncio.StreamWriter, data: Any) -> None:
-        writes.append((id(self), bytes(data)))
-        write(self, data)
+@pytest.mark.parametrize("operation", ["acquire", "force release"])
+def test_a_cancellation_while_connecting_reaches_the_caller(key_prefix: str, operation: str) -> None:
+    # Cancelled after each number of loop passes of a provider's first operation (the
+    # connection being made, then the command): the task ends cancelled, never done as
+    # if nothing had happened. redis-py's socket timeout runs each write under
+    # asyncio.wait_for, which before Python 3.12 drops a cancellation that arrives as
+    # the write completes.
+    require_local_redis()
 
     async def main() -> None:
-        try:
-            assert await provider.aforce_unlock("warm-up", expected=None) is False
-            monkeypatch.setattr(asyncio.StreamWriter, "write", recorded)
-            acquiring = asyncio.create_task(provider.alock(config))
-            await asyncio.sleep(0)  # sent on the kept connection; the answer is on its way
-            assert writes and b"job" in writes[-1][1]
-            acquiring.cancel()
-            other = asyncio.create_task(provider.aforce_unlock("other", expected=None))
-            with pytest.raises(asyncio.CancelledError):
-                await acquiring
-            assert await other is False
-            monkeypatch.undo()
-            again = await provider.alock(config)
-            assert again is not None, "the cancelled acquire left the lock held by nobody"
-            assert await again.aunlock() is True
-        finally:
-            await provider.aclose()
+        for passes in range(60):
+            provider = RedisLockProvider("r", url=LOCAL_URL, key_prefix=key_prefix)
+            config = LockConfiguration(f"job{passes}", "1m")
+            if operation == "acquire":
+                task = asyncio.create_task(provider.alock(config))
+            else:
+                task = asyncio.create_task(provider.aforce_unlock("x", expected=None))
+            try:
+                for _ in range(passes):
+                    await asyncio.sleep(0)
+                if task.done():
+                    return  # past the first round trip: every point before it was tried
+                task.cancel()
+                await asyncio.wait([task], timeout=30)
+                assert task.done(), f"cancelled after {passes} passes: still running"
+                assert task.cancelled(), f"cancelled after {passes} passes, it went on: {task.result()!r}"
+                again = await provider.alock(config)
+                assert again is not None, "a cancelled acquire left the lock held"
+                await again.aunlock()
+            finally:
+                await provider.aclose()
+        pytest.fail("60 passes did not get past the first round trip")
 
     asyncio.run(main())
-    acquire_writer, acquire_command = writes[0]
-    token = re.search(rb"\b[0-9a-f]{32}\b", acquire_command)
-    assert token is not None
-    undoes = [writer for writer, data in writes[1:] if token.group() in data]
-    assert undoes == [acquire_writer], "the undo did not follow the acquire on its connection"

@@ -95,6 +95,34 @@ def test_timeout_belongs_to_the_url_form() -> None:
         RedisLockProvider("jobs", cache="shared", timeout=2)
 
 
+@pytest.mark.parametrize("backend", [DJANGO_REDIS_CACHE, "django_redis.cache.RedisCache"])
+def test_a_shared_caches_retries_never_send_a_lock_write_twice(backend: str) -> None:
+    # A cache may have redis-py retry a command after a lost connection; the provider
+    # connects as the cache does, without that: the connection is cut after the acquire
+    # was sent, and the acquire is not sent again.
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from .fake import FakeRedis
+    from .test_hostile_server import handshake_or
+
+    retries = {"retry": Retry(NoBackoff(), 3)}
+    options = retries if backend == DJANGO_REDIS_CACHE else {"CONNECTION_POOL_KWARGS": retries}
+    with FakeRedis(handshake_or(lambda command: b"")) as fake:
+        caches = {"default": {"BACKEND": DJANGO_REDIS_CACHE, "LOCATION": fake.url()}}
+        caches["shared"] = {"BACKEND": backend, "LOCATION": fake.url(), "OPTIONS": options}
+        with override_settings(CACHES=caches):
+            provider = RedisLockProvider("jobs", cache="shared")
+            try:
+                with pytest.raises(LockProviderError, match="could not talk to Redis"):
+                    provider.lock(config("once"))
+            finally:
+                provider.close()
+        with fake.mutex:
+            sent = [command[0] for command in fake.commands if command[0].upper() == b"EVALSHA"]
+    assert sent == [b"EVALSHA"], "the acquire went out more than once"
+
+
 def test_repr_shows_where_but_not_the_password() -> None:
     provider = RedisLockProvider("jobs", url=f"redis://:{PASSWORD}@cache.internal:6380/2")
     shown = repr(provider)

@@ -1,20 +1,16 @@
 """Lock+unlock cycles per second on Redis (run in its own process).
 
 Usage: ``BENCH_REDIS_URL=redis://127.0.0.1:6379/0 python -m bench.redisbench ROUNDS SECONDS``
-prints one JSON object. Every contender runs on the connection pool of the tslock
-provider built from the URL (redis-py ``Connection`` objects, RESP3, one command at a
-time), on a free lock, under keys of this run's own prefix that are deleted afterwards:
+prints one JSON object. Every contender runs on the redis-py client of the tslock
+provider built from the URL (its connection pool, one command at a time), on a free
+lock, under keys of this run's own prefix that are deleted afterwards:
 
 - ``tslock``: ``RedisLockProvider.lock()`` then ``SimpleLock.unlock()``: two scripts
   (the acquire writes the record and two index entries, the unlock the record and one
-  index entry), on the connection the provider keeps;
+  index entry), through that client (``register_script``);
 - ``raw``: the floor: ``SET key token NX PX 60000`` and a Lua compare-and-delete run by
   ``EVALSHA``, through redis-py's client (which checks a connection out of the pool for
   each command, as every redis-py user's commands do);
-- ``raw, kept connection``: the same two commands sent the way the provider sends its
-  scripts (packed by it, on the connection it keeps, without redis-py's client layer):
-  what remains between it and ``tslock`` is the scripts' work in Redis and the
-  provider's own Python;
 - ``redis-py Lock``: ``client.lock(name, timeout=60, blocking=False)`` acquire and release
   (the same two commands as the floor, through redis-py's class);
 - ``python-redis-lock``: ``redis_lock.Lock(client, name, expire=60)`` with
@@ -73,7 +69,6 @@ def build(provider: Any, prefix: str) -> dict[str, Any]:
     import redis_lock
 
     from tslock_django import LockConfiguration
-    from tslock_django.providers.redis_scripts import pack
 
     client = provider.client()
     config = LockConfiguration("bench-tslock", "1m")
@@ -94,15 +89,6 @@ def build(provider: Any, prefix: str) -> dict[str, Any]:
         if release(keys=[raw_key], args=[token]) != 1:
             raise RuntimeError("raw: the lock was not released")
 
-    kept_key = prefix + "raw-kept"
-
-    def raw_kept_cycle() -> None:
-        token = secrets.token_hex(16)
-        if provider._roundtrip(pack(("SET", kept_key, token, "NX", "PX", 60_000))) is None:
-            raise RuntimeError("raw, kept connection: the free lock was not granted")
-        if provider._roundtrip(pack(("EVALSHA", release.sha, 1, kept_key, token))) != 1:
-            raise RuntimeError("raw, kept connection: the lock was not released")
-
     def redis_py_cycle() -> None:
         lock = client.lock(prefix + "redis-py", timeout=60, blocking=False)
         if not lock.acquire():
@@ -118,7 +104,6 @@ def build(provider: Any, prefix: str) -> dict[str, Any]:
     return {
         "tslock": tslock_cycle,
         "raw": raw_cycle,
-        "raw, kept connection": raw_kept_cycle,
         "redis-py Lock": redis_py_cycle,
         "python-redis-lock": python_redis_lock_cycle,
     }

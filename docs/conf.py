@@ -78,6 +78,4 @@ nitpick_ignore_regex = [
     (r"py:class", r"(Any|Callable|Mapping|Iterator|Iterable|Sequence|TracebackType|ParamSpec|TypeVar)"),
     (r"py:class", r"(timedelta|datetime|tzinfo|Signal|ImproperlyConfigured|BaseCommand|ValueError)"),
     (r"py:class", r"(NoneType|Literal\[.*\]|ellipsis|function|os\.PathLike|pathlib\.Path)"),
-    # The Redis provider's asyncio mixin, shown among its bases; an internal class.
-    (r"py:class", r"tslock_django\.providers\.redis_async\.AsyncRedis"),
 ]

@@ -3,7 +3,8 @@ in front of one) that echoes the arguments of a command in its error reply, or a
 with something redis-py does not expect.
 
 It speaks just enough RESP: it reads commands (arrays of bulk strings), records them,
-and sends back whatever :attr:`FakeRedis.answer` returns for each, as raw RESP bytes.
+and sends back whatever :attr:`FakeRedis.answer` returns for each, as raw RESP bytes
+(nothing: it hangs up).
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ class _Handler(socketserver.StreamRequestHandler):
             fake = self.server.fake
             with fake.mutex:
                 fake.commands.append(command)
-            self.wfile.write(fake.answer(command))
+            reply = fake.answer(command)
+            if not reply:
+                return  # no answer: hang up, as a server that died or a cut connection
+            self.wfile.write(reply)
             self.wfile.flush()
 
     def _read_command(self) -> Command | None:

@@ -16,7 +16,7 @@ import pytest
 from tslock_django import LockConfiguration, LockProviderError
 from tslock_django.providers.redis import RedisLockProvider
 
-from .conftest import PASSWORD, MakeProvider
+from .conftest import LOCAL_URL, PASSWORD, MakeProvider, require_local_redis
 from .server import RedisServer
 
 pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
@@ -173,5 +173,41 @@ def test_a_release_cancelled_in_flight_still_releases(server: RedisServer) -> No
             await provider.aclose()
         provider.close()
         admin.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("operation", ["acquire", "force release"])
+def test_a_cancellation_while_connecting_reaches_the_caller(key_prefix: str, operation: str) -> None:
+    # Cancelled after each number of loop passes of a provider's first operation (the
+    # connection being made, then the command): the task ends cancelled, never done as
+    # if nothing had happened. redis-py's socket timeout runs each write under
+    # asyncio.wait_for, which before Python 3.12 drops a cancellation that arrives as
+    # the write completes.
+    require_local_redis()
+
+    async def main() -> None:
+        for passes in range(60):
+            provider = RedisLockProvider("r", url=LOCAL_URL, key_prefix=key_prefix)
+            config = LockConfiguration(f"job{passes}", "1m")
+            if operation == "acquire":
+                task = asyncio.create_task(provider.alock(config))
+            else:
+                task = asyncio.create_task(provider.aforce_unlock("x", expected=None))
+            try:
+                for _ in range(passes):
+                    await asyncio.sleep(0)
+                if task.done():
+                    return  # past the first round trip: every point before it was tried
+                task.cancel()
+                await asyncio.wait([task], timeout=30)
+                assert task.done(), f"cancelled after {passes} passes: still running"
+                assert task.cancelled(), f"cancelled after {passes} passes, it went on: {task.result()!r}"
+                again = await provider.alock(config)
+                assert again is not None, "a cancelled acquire left the lock held"
+                await again.aunlock()
+            finally:
+                await provider.aclose()
+        pytest.fail("60 passes did not get past the first round trip")
 
     asyncio.run(main())

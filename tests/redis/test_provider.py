@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from django.core.checks import Error
 from django.core.management import call_command
 from django.test import override_settings
@@ -24,9 +25,9 @@ from tslock_django.checks import check_providers
 from tslock_django.conf import parse_provider_url, providers
 from tslock_django.core.query import ALL_STATES, LockQuery
 from tslock_django.exceptions import InvalidLockProvider, LockProviderError
-from tslock_django.providers import redis as redis_provider
 from tslock_django.providers.redis import RedisLockProvider
-from tslock_django.providers.redis_scripts import pack
+from tslock_django.providers.redis import provider as redis_provider
+from tslock_django.providers.store_options import DJANGO_REDIS_CACHE
 
 from .conftest import LOCAL_URL, PASSWORD, MakeProvider, require_local_redis
 from .server import RedisServer
@@ -40,17 +41,17 @@ def config(name: str, at_most: str | float = "5m", at_least: str | float = 0) ->
 
 
 def commands_sent(provider: RedisLockProvider, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record every command the provider sends from now on (``SCRIPT LOAD`` as one)."""
+    """Record every command the provider's client sends from now on (``SCRIPT LOAD``
+    as one)."""
     sent: list[str] = []
-    original = provider._roundtrip
+    client = provider.client()
+    original = client.execute_command
 
-    def counting(packed: bytes) -> Any:
-        # RESP: "*N", then "$len" and the word for each word.
-        words = packed.split(b"\r\n")[2::2]
-        sent.append(" ".join(w.decode() for w in words[:2]) if words[0] == b"SCRIPT" else words[0].decode())
-        return original(packed)
+    def counting(*args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]))
+        return original(*args, **options)
 
-    monkeypatch.setattr(provider, "_roundtrip", counting)
+    monkeypatch.setattr(client, "execute_command", counting)
     return sent
 
 
@@ -86,12 +87,40 @@ def test_bad_options_are_refused_naming_the_option_never_the_password(
 
 
 def test_timeout_belongs_to_the_url_form() -> None:
-    shared = {"shared": {"BACKEND": redis_provider.DJANGO_REDIS_CACHE}}
+    shared = {"shared": {"BACKEND": DJANGO_REDIS_CACHE}}
     with (
         override_settings(CACHES=shared),
         pytest.raises(InvalidLockProvider, match="applies to OPTIONS\\['url'\\] only"),
     ):
         RedisLockProvider("jobs", cache="shared", timeout=2)
+
+
+@pytest.mark.parametrize("backend", [DJANGO_REDIS_CACHE, "django_redis.cache.RedisCache"])
+def test_a_shared_caches_retries_never_send_a_lock_write_twice(backend: str) -> None:
+    # A cache may have redis-py retry a command after a lost connection; the provider
+    # connects as the cache does, without that: the connection is cut after the acquire
+    # was sent, and the acquire is not sent again.
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from .fake import FakeRedis
+    from .test_hostile_server import handshake_or
+
+    retries = {"retry": Retry(NoBackoff(), 3)}
+    options = retries if backend == DJANGO_REDIS_CACHE else {"CONNECTION_POOL_KWARGS": retries}
+    with FakeRedis(handshake_or(lambda command: b"")) as fake:
+        caches = {"default": {"BACKEND": DJANGO_REDIS_CACHE, "LOCATION": fake.url()}}
+        caches["shared"] = {"BACKEND": backend, "LOCATION": fake.url(), "OPTIONS": options}
+        with override_settings(CACHES=caches):
+            provider = RedisLockProvider("jobs", cache="shared")
+            try:
+                with pytest.raises(LockProviderError, match="could not talk to Redis"):
+                    provider.lock(config("once"))
+            finally:
+                provider.close()
+        with fake.mutex:
+            sent = [command[0] for command in fake.commands if command[0].upper() == b"EVALSHA"]
+    assert sent == [b"EVALSHA"], "the acquire went out more than once"
 
 
 def test_repr_shows_where_but_not_the_password() -> None:
@@ -205,7 +234,7 @@ def test_every_operation_is_one_round_trip(
 
 def client_id(provider: RedisLockProvider) -> int:
     """The Redis client id of the connection the provider's next command goes out on."""
-    return int(provider._roundtrip(pack(("CLIENT", "ID"))))
+    return int(provider.client().client_id())
 
 
 def test_the_provider_keeps_its_connection_and_reconnects_when_redis_closed_it(
@@ -216,7 +245,9 @@ def test_the_provider_keeps_its_connection_and_reconnects_when_redis_closed_it(
     first = client_id(provider)
     assert provider.lock(config("kept-too")) is not None
     assert client_id(provider) == first, "one connection, kept between operations"
-    provider.client().client_kill_filter(_id=first)
+    admin = redis.Redis.from_url(LOCAL_URL)
+    assert admin.client_kill_filter(_id=first) == 1
+    admin.close()
     held = provider.lock(config("after-kill"))
     assert held is not None and held.unlock(), "connected again before sending, not a failure"
     assert client_id(provider) != first

@@ -1,5 +1,5 @@
 """How the Redis provider reads what Redis answers: names and records as the scripts
-write them (``redis_scripts``), and the shape of each script's reply. An answer of
+write them (``scripts``), and the shape of each script's reply. An answer of
 another shape raises ``TypeError``, which the provider reports as the server's failure
 (never the value: an echo may hold what was sent)."""
 
@@ -18,7 +18,7 @@ def json_text(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-#: The fixed start of a record (see ``redis_scripts``), up to the name: the scripts read
+#: The fixed start of a record (see ``scripts``), up to the name: the scripts read
 #: the times, state and fencing token at these places.
 HEAD = re.compile(
     r'\{"u":"[0-9]{16}","r":[012],"l":"[0-9]{16}","a":"[0-9]{16}","f":"[0-9]{1,20}","t":"[^"\\]*","n":'

@@ -1,53 +1,34 @@
-"""Locks in Redis: ``RedisLockProvider``, on redis-py (``pip install 'tslock-django[redis]'``).
-
-Strong on one Redis primary: every operation is one Lua script (``redis_scripts``) that
-Redis runs atomically, with deadlines on Redis's own clock, so one round trip decides
-and this machine's clock never does. A failover to a replica can lose a lock: Redis
-replicates asynchronously, so a lock acquired just before the primary died may be
-missing on the replica that takes over, and a second holder can then acquire it.
-
-Records stay after they expire (the admin shows who last ran a job and when) until
-``purge`` removes the old ones; the fencing counters are never removed.
-
-redis-py is imported by this module and ``redis_scripts`` only, which ``tslock_django``
-imports only when a Redis provider is configured.
-"""
+"""``RedisLockProvider``: the lock operations as scripts (``scripts``) run through
+redis-py's clients (``clients``), their answers read (``replies``), failures explained
+(``errors``)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import secrets
 import threading
 from collections.abc import Callable, Generator, Sequence
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
-try:
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-except ImportError as err:  # pragma: no cover - depends on the installation
-    raise ImportError("the Redis lock provider needs redis-py: pip install 'tslock-django[redis]'") from err
-
+import redis
 from django.views.decorators.debug import sensitive_variables
 
-from ..core import decode
-from ..core.configuration import LockConfiguration
-from ..core.provider import Guarantee, LockProvider, SimpleLock
-from ..core.query import ListingSupport, LockQuery, StorePage, fold
-from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
-from ..core.scrubbing import cache_passwords, cut, scrub, url_passwords
-from ..core.steps import SteppedPrimitives, drive
-from ..exceptions import LockProviderError
-from . import redis_replies as replies
-from .epoch import EPOCH, MAX_EPOCH_US
-from .redis_async import AsyncEdge, AsyncRedis, async_pool_like, async_url_pool
-from .redis_connection import LIVE_PROVIDERS, Kept
-from .redis_errors import explain, scrub_chain
-from .redis_scripts import SCRIPTS, Call
-from .store_options import DJANGO_REDIS_CACHE as DJANGO_REDIS_CACHE
-from .store_options import DJANGO_REDIS_PACKAGE_CACHE as DJANGO_REDIS_PACKAGE_CACHE
-from .store_options import REDIS
+from ...core import decode
+from ...core.configuration import LockConfiguration
+from ...core.provider import Guarantee, LockProvider, SimpleLock
+from ...core.query import ListingSupport, LockQuery, StorePage, fold
+from ...core.records import ListedRecord, LockRecord, UnreadableRecord, fingerprint
+from ...core.scrubbing import cache_passwords, cut, scrub, url_passwords
+from ...core.steps import SteppedPrimitives, drive
+from ...exceptions import LockProviderError
+from ..epoch import EPOCH, MAX_EPOCH_US
+from ..store_options import REDIS
+from . import replies
+from .clients import AsyncClient, deadline, pool_from_url, pool_like
+from .errors import explain, scrub_chain
+from .scripts import SCRIPTS
 
 _MICROSECOND = timedelta(microseconds=1)
 #: Index entries a listing script reads at most per call: Redis runs one script at a
@@ -61,7 +42,16 @@ def _us(duration: timedelta) -> int:
     return duration // _MICROSECOND
 
 
-class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
+class Command(NamedTuple):
+    """One script to run: what the steps of an operation yield (see ``core.steps``),
+    for the sync or the asyncio client to send."""
+
+    script: str
+    keys: Sequence[str]
+    args: Sequence[object]
+
+
+class RedisLockProvider(SteppedPrimitives, LockProvider):
     """A lock store on one Redis primary (Redis 7 or later).
 
     OPTIONS (exactly one of ``url`` and ``cache``):
@@ -69,24 +59,19 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             query string is passed to redis-py (e.g. ``?ssl_cert_reqs=none``). The
             password is never shown in a repr, a log line or an error message.
         cache: the alias of a ``CACHES`` entry using Django's ``RedisCache`` or
-            django-redis: its redis-py client and connection pool are shared (the
-            cache's ``KEY_PREFIX`` does not apply; ``key_prefix`` does). The cache's
-            connection settings (``socket_timeout``...) apply; its retries do not: this
-            provider never sends a command twice. The password in the cache's
-            ``LOCATION`` or ``OPTIONS`` is kept out of messages as the URL's is.
-        key_prefix: prepended to the few keys this provider writes (see
-            ``redis_scripts``), so several projects can share one database. Default
-            ``"tslock:"``.
+            django-redis: the provider connects as that cache's redis-py client does
+            (server, credentials, TLS, timeouts; the cache's ``KEY_PREFIX`` does not
+            apply, ``key_prefix`` does), on connections of its own without the cache's
+            retries: this provider never sends a command twice. The password in the
+            cache's ``LOCATION`` or ``OPTIONS`` is kept out of messages as the URL's is.
+        key_prefix: prepended to the few keys this provider writes (see ``scripts``),
+            so several projects can share one database. Default ``"tslock:"``.
         timeout: seconds to wait for Redis to connect or answer (``url`` only).
             Default 5.
 
-    A failover to a replica can lose a lock (asynchronous replication); see the module
-    docstring.
-
-    Connections: the provider checks a connection out of the pool (its own, or the
-    cache's) the first time it needs one and keeps it for the next operations, one per
-    thread running an operation at the same moment; :meth:`close` gives them back. A
-    forked child opens its own.
+    A failover to a replica can lose a lock (asynchronous replication); see the
+    package docstring. Connections come from redis-py's pools (one per event loop for
+    asyncio code); :meth:`close` and :meth:`aclose` close them.
     """
 
     guarantee: ClassVar[Guarantee] = "strong"
@@ -107,28 +92,19 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         self._records, self._fencing = prefix + "records", prefix + "fencing"
         self._by_name, self._by_until = prefix + "by-name", prefix + "by-lock-until"
         self._by_at = prefix + "by-locked-at"
-        # The lock operations' commands, packed up to their arguments.
-        self._acquire_call = SCRIPTS["acquire"].on(
-            [self._records, self._fencing, self._by_name, self._by_until, self._by_at]
-        )
-        self._unlock_call = SCRIPTS["unlock"].on([self._records, self._by_until])
-        self._extend_call = SCRIPTS["extend"].on([self._records, self._by_until])
-        self._force_release_call = SCRIPTS["force_release"].on([self._records, self._by_until])
-        self._purge_call = SCRIPTS["purge"].on(
-            [self._records, self._fencing, self._by_name, self._by_until, self._by_at]
-        )
-        self._redis_client: redis.Redis | None = None
+        #: The keys of the scripts that write one record, and of those that write all.
+        self._one = [self._records, self._by_until]
+        self._all = [self._records, self._fencing, self._by_name, self._by_until, self._by_at]
         self._mutex = threading.Lock()
         self._pool: redis.ConnectionPool | None = None
-        #: Connections kept between operations (see ``_roundtrip``), one per thread
-        #: running an operation at the same moment.
-        self._kept: list[Kept] = []
+        self._client: tuple[redis.Redis, dict[str, Any]] | None = None
+        self._async: AsyncClient | None = None
         self._locked_by_cache = ("", '""')
+        #: How long an asyncio command waits for its answer (see ``clients``): the
+        #: socket timeout of the sync pool, which bounds the sync commands.
+        self._answer_within: float | None = None
         if self.options["url"] is not None:
-            self._pool = self._url_pool(str(self.options["url"]))
-        #: The asyncio connections (see ``redis_async``), opened on first async use.
-        self._async_edge = AsyncEdge(self._async_pool)
-        LIVE_PROVIDERS.add(self)
+            self._use(self._url_pool(str(self.options["url"])))
 
     # -- options -------------------------------------------------------------------
 
@@ -144,29 +120,14 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
 
             self._passwords = cache_passwords(settings.CACHES[str(cache)])
 
+    @sensitive_variables("url")
     def _url_pool(self, url: str) -> redis.ConnectionPool:
-        timeout = self.options["timeout"] or self.default_timeout
         try:
-            # No retries: a retried write whose first answer was lost could run twice.
-            # (The scripts recognise their own token, but a failure should reach the
-            # caller as one, not as a delay.)
-            return redis.ConnectionPool.from_url(
-                url,
-                socket_timeout=timeout,
-                socket_connect_timeout=timeout,
-                retry=Retry(NoBackoff(), 0),
-                client_name="tslock",
-            )
+            return pool_from_url(url, self.options["timeout"] or self.default_timeout)
         except (ValueError, TypeError) as err:
             raise self.option_error(
                 "url", f"could not be read by redis-py: {self._scrub(str(err))}"
             ) from None
-
-    def _async_pool(self) -> Any:
-        """The ``redis.asyncio`` pool: from the URL, or like the cache's pool."""
-        if self.options["url"] is not None:
-            return async_url_pool(str(self.options["url"]), self.options["timeout"] or self.default_timeout)
-        return async_pool_like(self.client().connection_pool)
 
     def _scrub(self, text: str, tokens: Sequence[str] = ()) -> str:
         """``text`` without the password nor ``tokens`` (the lock tokens a command
@@ -180,28 +141,41 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             shown["url"] = self._scrub(str(shown["url"]))
         return f"<{type(self).__name__} {self.alias!r} {dict(sorted(shown.items()))}>"
 
-    # -- the connection ------------------------------------------------------------
+    # -- the clients ---------------------------------------------------------------
 
     def client(self) -> redis.Redis:
-        """The redis-py client this provider runs its scripts on (the cache's, with
-        ``cache``). Connecting happens on first use, not here."""
-        client = self._redis_client
-        if client is None:
-            with self._mutex:
-                client = self._redis_client
-                if client is None:
-                    client = self._redis_client = self._make_client()
-        return client
+        """The redis-py client this provider runs its scripts on. Connecting happens
+        on first use, not here."""
+        return self._sync_client()[0]
 
-    def _make_client(self) -> redis.Redis:
-        if self._pool is not None:
-            return redis.Redis(connection_pool=self._pool)
+    def _sync_client(self) -> tuple[redis.Redis, dict[str, Any]]:
+        made = self._client
+        if made is None:
+            with self._mutex:
+                made = self._client
+                if made is None:
+                    if self._pool is None:
+                        self._use(pool_like(self._cache_client().connection_pool))
+                    client = redis.Redis(connection_pool=self._pool)
+                    scripts = {op: client.register_script(src) for op, src in SCRIPTS.items()}
+                    made = self._client = (client, scripts)
+        return made
+
+    def _use(self, pool: redis.ConnectionPool) -> None:
+        self._pool = pool
+        timeout = pool.connection_kwargs.get("socket_timeout")
+        self._answer_within = float(timeout) if timeout else None
+
+    def _cache_client(self) -> redis.Redis:
+        """The write client of the ``cache`` option's Django cache."""
         from django.core.cache import caches
 
         cache: Any = caches[str(self.options["cache"])]
         if hasattr(cache, "client") and hasattr(cache.client, "get_client"):  # django-redis
             client = cache.client.get_client(write=True)
-        else:  # Django's RedisCache
+        else:
+            # Django's RedisCache hands its client out through nothing public: its
+            # RedisCacheClient (the _cache attribute) is the one way to the pool.
             client = cache._cache.get_client(write=True)
         if not isinstance(client, redis.Redis):
             raise LockProviderError(
@@ -215,23 +189,50 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             self._passwords = [*self._passwords, sent]
         return client
 
-    def close(self) -> None:
-        """Close this provider's own connections and give back those it kept from a
-        shared cache's pool (which stay open)."""
-        with self._mutex:
-            self._redis_client = None
-            kept, self._kept = self._kept, []
-        for connection in kept:
-            connection.pool.release(connection.connection)
-        if self._pool is not None:
-            self._pool.disconnect()
-        # asyncio connections need their loop to close; from sync code they are shut.
-        self._async_edge.forget()
+    async def _async_client(self) -> AsyncClient:
+        """The asyncio client of the running loop (connections belong to the loop that
+        opened them: each ``asyncio.run`` gets its own)."""
+        made = self._async
+        if made is None or made.loop is not asyncio.get_running_loop():
+            self._sync_client()
+            assert self._pool is not None
+            made = self._async = AsyncClient(self._pool)
+            await made.watch()
+        return made
 
-    def _forget_connections(self) -> None:
-        """In a forked child: the kept connections' sockets are the parent's."""
-        self._kept = []
-        self._async_edge = AsyncEdge(self._async_pool)
+    def close(self) -> None:
+        """Close this provider's connections (asyncio ones are closed by :meth:`aclose`
+        or when their loop shuts down)."""
+        with self._mutex:
+            self._client, self._async = None, None
+            pool = self._pool
+        if pool is not None:
+            pool.disconnect()
+
+    async def aclose(self) -> None:
+        """Close the asyncio connections (call it on the loop that used them), then
+        what :meth:`close` closes."""
+        made, self._async = self._async, None
+        if made is not None and made.loop is asyncio.get_running_loop():
+            await made.aclose()
+        self.close()
+
+    # -- sending -------------------------------------------------------------------
+
+    def _send(self, command: Command) -> Any:
+        return self._sync_client()[1][command.script](keys=command.keys, args=command.args)
+
+    async def _asend(self, command: Command) -> Any:
+        made = self._async
+        if made is None or made.loop is not asyncio.get_running_loop():
+            made = await self._async_client()
+        try:
+            async with deadline(self._answer_within):
+                return await made.scripts[command.script](keys=command.keys, args=command.args)
+        except asyncio.TimeoutError:
+            raise redis.TimeoutError(
+                f"Timeout reading from Redis (no answer in {self._answer_within} s)"
+            ) from None
 
     def _failure(self, what: str, err: Exception, tokens: Sequence[str]) -> LockProviderError:
         """The ``LockProviderError`` for a failure of redis-py or of what it read: what
@@ -260,75 +261,40 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         )
         return LockProviderError(f"{what}: {explained}", alias=self.alias)
 
-    def _roundtrip(self, packed: bytes) -> Any:
-        """Send one packed command and read its answer.
-
-        This is redis-py's connection layer without its client layer: the client would
-        retry after a lost answer (a lock write must reach the caller as a failure, not
-        run twice) and instruments every command. And the connection is kept between
-        operations instead of being checked out of the pool for each: the pool's
-        checkout (locks, metrics, and a test of the socket in three system calls) costs
-        about as much as Redis spends running the script. :class:`Kept` makes the
-        same test in one ``poll``."""
-        try:
-            kept = self._kept.pop()
-        except IndexError:
-            pool = self.client().connection_pool
-            kept = Kept(pool, pool.get_connection())
-        connection = kept.connection
-        try:
-            kept.ready()
-            connection.send_packed_command([packed], check_health=False)
-            reply = connection.read_response()
-        except redis.ResponseError:
-            self._kept.append(kept)  # an answer, read in full: the connection stays usable
-            raise
-        except BaseException:
-            # Interrupted between sending and reading: a late answer must not be read
-            # as the answer to the next command. The next use connects again.
-            connection.disconnect()
-            self._kept.append(kept)
-            raise
-        self._kept.append(kept)
-        return reply
-
     def _run(
         self,
-        call: Call,
+        command: Command,
         what: str,
         name: str,
-        args: Sequence[object],
         tokens: Sequence[str] = (),
         read: Callable[[Any], Any] | None = None,
     ) -> Any:
-        """Run one script and return its answer, read by ``read`` if given.
-
-        This is the provider's one edge with the network: whatever fails here, in
-        redis-py or in ``read`` (a server that answers something else than Redis
-        would), is a ``LockProviderError`` naming the alias, its cause chained.
-        ``what`` and ``name`` describe the operation for a message (formatted only when
-        there is a failure to report); ``tokens`` are the lock tokens among ``args``,
-        kept out of the message as the password is."""
-        return drive(self._script(call, what, name, args, tokens, read), self._roundtrip)
+        """Run one script and return its answer, read by ``read`` if given (see
+        :meth:`_script`)."""
+        return drive(self._script(command, what, name, tokens, read), self._send)
 
     def _script(
         self,
-        call: Call,
+        command: Command,
         what: str,
         name: str,
-        args: Sequence[object],
         tokens: Sequence[str] = (),
         read: Callable[[Any], Any] | None = None,
-    ) -> Generator[bytes, Any, Any]:
-        """:meth:`_run` as steps (see ``core.steps``): the packed commands to send, for
-        the sync edge (``_roundtrip``) or the asyncio one (``redis_async``); the rule
-        that nothing raw gets past is here, once for both."""
+    ) -> Generator[Command, Any, Any]:
+        """One script as steps (see ``core.steps``), for the sync or the asyncio client.
+
+        This is the provider's one edge with the network: whatever fails, in redis-py
+        or in ``read`` (a server that answers something else than Redis would), is a
+        ``LockProviderError`` naming the alias, its cause chained. ``what`` and
+        ``name`` describe the operation for a message (formatted only when there is a
+        failure to report); ``tokens`` are the lock tokens among the arguments, kept
+        out of the message as the password is."""
         try:
-            reply = yield from call.steps(args)
+            reply = yield command
             return reply if read is None else read(reply)
         except LockProviderError:
             raise
-        except Exception as err:  # see _run's docstring: nothing raw gets past
+        except Exception as err:  # see the docstring: nothing raw gets past
             raise self._failure(f"{what} {name!r}" if name else what, err, tokens) from err
 
     # -- records -------------------------------------------------------------------
@@ -342,7 +308,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
 
     def _stored(self, name: str, raw: object, *, with_token: bool = False) -> tuple[LockRecord, int]:
         """The record stored for ``name`` (JSON in the fixed layout, see
-        ``redis_scripts``; an int is the size of a value too large to send), with its
+        ``scripts``; an int is the size of a value too large to send), with its
         token only when ``with_token`` (the caller's own holding), and its at-least
         deadline in epoch microseconds.
 
@@ -384,7 +350,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         if stored_name != name:
             raise decode.Unreadable("the record names another lock than the one it is stored under")
         if not replies.HEAD.match(replies.text(raw)):
-            # The scripts read records at fixed places (see redis_scripts): one in
+            # The scripts read records at fixed places (see scripts): one in
             # another layout is refused there, so it is unreadable here too.
             raise decode.Unreadable("the value is not in the fixed layout tslock writes")
         record = LockRecord(
@@ -402,7 +368,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
 
     def _held_record(self, what: str, name: str, raw: object, *, with_token: bool) -> tuple[LockRecord, int]:
         """:meth:`_stored` for a record an acquire or extend script sent back. The
-        scripts check a record's layout (see ``redis_scripts``); one that passes there
+        scripts check a record's layout (see ``scripts``); one that passes there
         and still cannot be read here is refused just the same, never read as held."""
         try:
             return self._stored(name, raw, with_token=with_token)
@@ -445,19 +411,16 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
     # -- the primitives --------------------------------------------------------------
 
     # Each primitive is written once, as steps (see core.steps); SteppedPrimitives
-    # sends their commands through _roundtrip (_send) or redis.asyncio (redis_async).
+    # sends their commands with _send (redis.Redis) or _asend (redis.asyncio.Redis).
 
-    def _send(self, packed: bytes) -> Any:
-        return self._roundtrip(packed)
-
-    def _acquire_steps(self, config: LockConfiguration) -> Generator[bytes, Any, SimpleLock | LockRecord]:
+    def _acquire_steps(self, config: LockConfiguration) -> Generator[Command, Any, SimpleLock | LockRecord]:
         name, token = config.name, secrets.token_hex(16)
         at_most, at_least = max(1, _us(config.lock_at_most_for)), _us(config.lock_at_least_for)
+        args = [name, at_most, at_least, token, replies.json_text(name), self._locked_by_json()]
         reply = yield from self._script(
-            self._acquire_call,
+            Command("acquire", self._all, args),
             "acquire",
             name,
-            [name, at_most, at_least, token, replies.json_text(name), self._locked_by_json()],
             tokens=[token],
             read=replies.acquire_answer,
         )
@@ -492,30 +455,25 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             record, config, lock_at_least_until=EPOCH + timedelta(microseconds=locked_at + at_least)
         )
 
-    def _unlock_steps(self, held: SimpleLock) -> Generator[bytes, Any, bool]:
+    def _unlock_steps(self, held: SimpleLock) -> Generator[Command, Any, bool]:
         args = [held.name, held.token, replies.json_text(held.name)]
         return bool(
             (
                 yield from self._script(
-                    self._unlock_call, "unlock", held.name, args, [held.token], replies.flag
+                    Command("unlock", self._one, args), "unlock", held.name, [held.token], replies.flag
                 )
             )
         )
 
     def _extend_steps(
         self, held: SimpleLock, config: LockConfiguration
-    ) -> Generator[bytes, Any, SimpleLock | None]:
+    ) -> Generator[Command, Any, SimpleLock | None]:
+        at_most, at_least = max(1, _us(config.lock_at_most_for)), _us(config.lock_at_least_for)
+        args = [held.name, held.token, at_most, at_least, replies.json_text(held.name)]
         raw = yield from self._script(
-            self._extend_call,
+            Command("extend", self._one, args),
             "extend",
             held.name,
-            [
-                held.name,
-                held.token,
-                max(1, _us(config.lock_at_most_for)),
-                _us(config.lock_at_least_for),
-                replies.json_text(held.name),
-            ],
             tokens=[held.token],
             read=replies.record_or_none,
         )
@@ -524,7 +482,7 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         record, at_least_us = self._held_record(f"extend {held.name!r}", held.name, raw, with_token=True)
         return self.handle(record, config, lock_at_least_until=EPOCH + timedelta(microseconds=at_least_us))
 
-    def _force_unlock_steps(self, name: str, expected: int | str | None) -> Generator[bytes, Any, bool]:
+    def _force_unlock_steps(self, name: str, expected: int | str | None) -> Generator[Command, Any, bool]:
         if expected is None:
             kind, value = "any", ""
         elif isinstance(expected, int):
@@ -532,10 +490,9 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         else:
             kind, value = "token", expected
         released = yield from self._script(
-            self._force_release_call,
+            Command("force_release", self._one, [name, kind, value, replies.json_text(name)]),
             "force-release",
             name,
-            [name, kind, value, replies.json_text(name)],
             tokens=[value] if kind == "token" else [],
             read=replies.flag,
         )
@@ -558,26 +515,23 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
             else:
                 after_key, after_name = str(key), name
         states = "".join("1" if s in query.states else "0" for s in ("held", "at_least", "expired"))
-        reply = self._run(
-            SCRIPTS["query"].on([self._records, index, self._by_name, self._by_until]),
-            what,
-            "",
-            [
-                query.order,
-                "1" if query.descending else "0",
-                lower,
-                upper,
-                after_key,
-                after_name,
-                query.prefix,
-                fold(query.search),
-                states,
-                query.limit,
-                max(QUERY_BUDGET, 2 * (query.limit + 1)),
-                decode.MAX_RECORD_BYTES,
-            ],
-            read=replies.listing_answer,
-        )
+        args = [
+            query.order,
+            "1" if query.descending else "0",
+            lower,
+            upper,
+            after_key,
+            # A cursor's name may carry bytes that are not UTF-8 (see replies.index_name).
+            replies.wire(after_name),
+            query.prefix,
+            fold(query.search),
+            states,
+            query.limit,
+            max(QUERY_BUDGET, 2 * (query.limit + 1)),
+            decode.MAX_RECORD_BYTES,
+        ]
+        keys = [self._records, index, self._by_name, self._by_until]
+        reply = self._run(Command("query", keys, args), what, "", read=replies.listing_answer)
         status, resume_key, resume_name, total = reply[:4]
         entries = reply[4:]
         records: list[ListedRecord] = []
@@ -655,12 +609,12 @@ class RedisLockProvider(AsyncRedis, SteppedPrimitives, LockProvider):
         args = [_us(expired_for), batch]
         if dry_run:
             counted: int = self._run(
-                self._purge_call, "purge (dry run)", "", [*args, "1"], read=replies.count
+                Command("purge", self._all, [*args, "1"]), "purge (dry run)", "", read=replies.count
             )
             return counted
         deleted = 0
         while True:
-            count: int = self._run(self._purge_call, "purge", "", [*args, "0"], read=replies.count)
+            count: int = self._run(Command("purge", self._all, [*args, "0"]), "purge", "", read=replies.count)
             deleted += count
             if count < batch:
                 return deleted

@@ -1,5 +1,6 @@
 """The Lua side of the Redis provider: one script per operation, run atomically on the
-server, and how they are sent (``EVALSHA``, loaded again after ``NOSCRIPT``).
+server (sent by redis-py's ``register_script``: ``EVALSHA``, loaded again after
+``NOSCRIPT``).
 
 Keys, given ``key_prefix`` P (``tslock:`` by default):
 
@@ -40,15 +41,7 @@ new time is later than every token handed out before).
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-from redis.exceptions import NoScriptError
-
-from ..core.decode import MAX_RECORD_BYTES
-from ..core.steps import drive
+from ...core.decode import MAX_RECORD_BYTES
 
 # Helpers every script starts with. HEAD matches the fixed start of a record (see the
 # module docstring) up to the name's JSON, and captures where the token's '","t":"'
@@ -417,77 +410,12 @@ return #names
 )
 
 
-@dataclass(frozen=True)
-class Script:
-    """A Lua script and its SHA-1, run by ``EVALSHA`` (one round trip) and loaded once
-    per server: after ``SCRIPT FLUSH`` or a restart the server answers ``NOSCRIPT``
-    and :meth:`run` loads it and runs it again, once."""
-
-    source: str
-    sha: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        # Redis names scripts by their SHA-1; it is an identifier here, not a safeguard.
-        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
-
-    def on(self, keys: Sequence[str]) -> Call:
-        """This script on ``keys``, its command packed up to the arguments (a provider
-        keeps it: most of a command is the same every time)."""
-        words: list[object] = ["EVALSHA", self.sha, len(keys), *keys]
-        return Call(self, len(words), b"".join(map(_bulk, words)))
-
-
-@dataclass(frozen=True)
-class Call:
-    """A script on its keys: :meth:`run` sends it with the arguments of one operation."""
-
-    script: Script
-    words: int
-    packed: bytes
-
-    def run(self, roundtrip: Callable[[bytes], Any], args: Sequence[object]) -> Any:
-        """The script's answer, through ``roundtrip`` (sends one packed command,
-        returns its answer). redis-py errors pass through for the provider to turn
-        into ``LockProviderError``."""
-        return drive(self.steps(args), roundtrip)
-
-    def steps(self, args: Sequence[object]) -> Generator[bytes, Any, Any]:
-        """The script with ``args`` as steps (see ``core.steps``): yields each packed
-        command to send, returns the script's answer. A server that does not know the
-        script yet is sent it once (``SCRIPT LOAD``), then the command again."""
-        packed = b"*%d\r\n%s%s" % (self.words + len(args), self.packed, b"".join(map(_bulk, args)))
-        try:
-            return (yield packed)
-        except NoScriptError:
-            yield pack(("SCRIPT", "LOAD", self.script.source))
-            return (yield packed)
-
-
-def pack(words: Sequence[object]) -> bytes:
-    """One command in the Redis protocol (RESP): an array of bulk strings. Cheaper
-    than redis-py's general packer, which matters at two commands per lock."""
-    return b"*%d\r\n" % len(words) + b"".join(map(_bulk, words))
-
-
-def _bulk(word: object) -> bytes:
-    if isinstance(word, str):
-        # A cursor carries an index name that is not UTF-8 as surrogate escapes (see
-        # redis_replies.index_name); they become its bytes again. Other text is plain UTF-8.
-        data = word.encode("utf-8", "surrogateescape")
-    elif isinstance(word, bytes):
-        data = word
-    elif isinstance(word, int):
-        data = b"%d" % word
-    else:
-        raise TypeError(f"cannot send a {type(word).__name__} to Redis")
-    return b"$%d\r\n%s\r\n" % (len(data), data)
-
-
+#: The scripts by operation, as a provider registers them on its clients.
 SCRIPTS = {
-    "acquire": Script(ACQUIRE),
-    "unlock": Script(UNLOCK),
-    "extend": Script(EXTEND),
-    "force_release": Script(FORCE_RELEASE),
-    "query": Script(QUERY),
-    "purge": Script(PURGE),
+    "acquire": ACQUIRE,
+    "unlock": UNLOCK,
+    "extend": EXTEND,
+    "force_release": FORCE_RELEASE,
+    "query": QUERY,
+    "purge": PURGE,
 }

@@ -40,7 +40,7 @@ def explain(
         return f"could not talk to Redis ({detail}); is the server up and the URL right?"
     if "not one tslock wrote" in str(err):  # the full text: detail may be cut short
         # A script met a value under this lock's name that is not a record (see
-        # readable() in redis_scripts): nobody can be said to hold it or not.
+        # readable() in scripts): nobody can be said to hold it or not.
         return (
             f"Redis holds a value for this lock in {records!r} that was written by something "
             "else (not a tslock record), so whether it is held cannot be told and nothing was "

@@ -1,10 +1,8 @@
 """How many statements each outcome of the database provider costs, counted on the
 connection as the server receives them: acquire is one statement whether it is granted
-(a new name, an expired row, a released one) or refused (and the refusal still names the
+(a new name, an expired row, a released one) or refused (on MariaDB the refusal names the
 holder); unlock and extend are one each. On SQLite, PostgreSQL and MariaDB, with the
-database's clock and with the caller's. (On SQLite and MariaDB a process that won a name
-last tries a plain UPDATE first, and pays two statements if the name is held now:
-``tests/test_database_carried.py``.)"""
+database's clock and with the caller's."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from django.db import connections
 
 from tests.conftest import database_marks
 from tslock_django import LockConfiguration, MutableClock
+from tslock_django.core.handle import Attempt
 from tslock_django.core.provider import SimpleLock
 from tslock_django.core.records import fingerprint
 from tslock_django.providers.database import DatabaseLockProvider
@@ -64,7 +63,8 @@ class RoundTrips:
         assert held is not None and held.fencing_token == 1
         assert len(sent) == 1, sent
 
-    def test_a_refusal_is_one_statement_and_names_the_holder(self, provider: DatabaseLockProvider) -> None:
+    def refused(self, provider: DatabaseLockProvider) -> tuple[SimpleLock, Attempt]:
+        """A lock held by ``provider`` and another process's refused attempt on it."""
         held = provider.lock(LockConfiguration("count/held", "1m", "10s"))
         assert held is not None
         other = DatabaseLockProvider("other", using=self.using, use_db_time=provider.use_db_time)
@@ -73,14 +73,10 @@ class RoundTrips:
             attempt = other.attempt(LockConfiguration("count/held", "1m"))
         assert attempt.held is None
         assert len(sent) == 1, sent
-        holder = attempt.holder
-        assert holder is not None, "the refusal names the holder"
-        assert holder.locked_by == held.record.locked_by != "elsewhere:1"
-        assert holder.fencing_token == held.fencing_token
-        assert holder.lock_until == held.record.lock_until
-        assert holder.locked_at == held.record.locked_at
-        assert holder.token == "" and not holder.released, "a holder's record never carries its token"
-        assert holder.token_fingerprint == fingerprint(held.token)
+        return held, attempt
+
+    def test_a_refusal_is_one_statement(self, provider: DatabaseLockProvider) -> None:
+        self.refused(provider)
 
     def test_a_refusal_leaves_the_holders_row_as_it_was(self, provider: DatabaseLockProvider) -> None:
         held = provider.lock(LockConfiguration("count/untouched", "1m"))
@@ -144,22 +140,34 @@ class TestPostgreSQL(RoundTrips):
     using = "postgres"
     pytestmark = database_marks("postgres", "PostgreSQL at 127.0.0.1:5432")
 
-    def test_a_refusal_writes_nothing(self, provider: DatabaseLockProvider) -> None:
-        """Many processes on one name are mostly refused: a refusal must not write the
-        holder's row (a new row version, a flushed commit) nor lock it."""
+    def test_a_refusal_writes_no_row_version(self, provider: DatabaseLockProvider) -> None:
+        """Many processes on one name are mostly refused: the upsert's WHERE leaves the
+        holder's row as it is (it locks it for the statement, and writes no new version)."""
         held = provider.lock(LockConfiguration("count/read-only", "1m"))
         assert held is not None
 
         def version() -> Any:
             with connections[self.using].cursor() as cursor:
-                cursor.execute("SELECT xmin, xmax FROM tslock_lock WHERE name = %s", ["count/read-only"])
+                cursor.execute("SELECT xmin FROM tslock_lock WHERE name = %s", ["count/read-only"])
                 return cursor.fetchone()
 
         before = version()
         assert provider.lock(LockConfiguration("count/read-only", "1m")) is None
-        assert version() == before, "the refusal wrote or locked the holder's row"
+        assert version() == before, "the refusal wrote a new version of the holder's row"
 
 
 class TestMariaDB(RoundTrips):
     using = "mariadb"
     pytestmark = database_marks("mariadb", "MariaDB at 127.0.0.1:3306")
+
+    def test_a_refusal_names_the_holder(self, provider: DatabaseLockProvider) -> None:
+        """ON DUPLICATE KEY UPDATE writes a held row back as it is and returns it."""
+        held, attempt = self.refused(provider)
+        holder = attempt.holder
+        assert holder is not None, "the refusal names the holder"
+        assert holder.locked_by == held.record.locked_by != "elsewhere:1"
+        assert holder.fencing_token == held.fencing_token
+        assert holder.lock_until == held.record.lock_until
+        assert holder.locked_at == held.record.locked_at
+        assert holder.token == "" and not holder.released, "a holder's record never carries its token"
+        assert holder.token_fingerprint == fingerprint(held.token)

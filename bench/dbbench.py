@@ -4,13 +4,10 @@ Usage: ``BENCH_DB=postgres python -m bench.dbbench ROUNDS SECONDS`` prints one J
 object. Contenders, all on the same Django connection in autocommit mode:
 
 - ``tslock``: ``DatabaseLockProvider.lock()`` then ``SimpleLock.unlock()``, as
-  configured by default (on PostgreSQL: no prepared statements, as Django's own
-  ``prepare_threshold`` default has it);
-- ``tslock, prepared``: the same with ``prepared_statements=True`` (PostgreSQL only:
-  psycopg 3 parses and plans each statement once per connection);
-- ``raw-sql``: the floor: the same conditional ``UPDATE`` to acquire (with ``RETURNING
-  fencing_token`` where the server has it) and one ``UPDATE`` to release, on a row of
-  the same table, through ``cursor.execute``;
+  configured by default;
+- ``raw-sql``: the floor: ShedLock's conditional ``UPDATE`` to acquire (with
+  ``RETURNING fencing_token`` where the server has it) and one ``UPDATE`` to release,
+  on a row of the same table, through Django's ``connection.cursor()``;
 - ``django-db-mutex``: ``with db_mutex(...)`` (its expired-lock sweep, an insert in a
   transaction, an existence check and a delete);
 - ``django-pglock``: ``with pglock.advisory(..., timeout=0)`` (PostgreSQL only;
@@ -101,15 +98,6 @@ def build(connection: Any) -> dict[str, Any]:
 
     contenders = {"tslock": tslock_cycle, "raw-sql": raw_cycle, "django-db-mutex": mutex_cycle}
     if connection.vendor == "postgresql":
-        prepared = DatabaseLockProvider("bench-prepared", using="default", prepared_statements=True)
-        prepared_config = LockConfiguration("bench-tslock-prepared", "1m")
-
-        def prepared_cycle() -> None:
-            held = prepared.lock(prepared_config)
-            if held is None or not held.unlock():
-                raise RuntimeError("tslock, prepared: the free lock was not granted or not released")
-
-        contenders["tslock, prepared"] = prepared_cycle
         import pglock
 
         def pglock_cycle() -> None:

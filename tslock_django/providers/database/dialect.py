@@ -21,6 +21,8 @@ class Proposal:
     values: str
     #: The columns a read returns (``Statements.columns``).
     columns: str
+    #: The SQL of "now" (a parameter with the caller's clock).
+    now: str
 
 
 class Dialect:
@@ -33,6 +35,9 @@ class Dialect:
     #: Whether acquire is one statement (``acquire``) here; ``None``: ask the server.
     #: Where it is not, acquire is ShedLock's steps (``DatabaseLockProvider``).
     one_statement: bool | None = True
+    #: Whether acquire first reads whether the name is held (its parameters end with
+    #: the name and "now" again; see ``acquire``).
+    looks_first = True
     #: Whether extend hands its new deadline back in the statement's own reply (the
     #: cursor's ``lastrowid``) rather than by ``RETURNING``.
     extend_carries_deadline = False
@@ -88,15 +93,21 @@ class Dialect:
         """The one statement of acquire: insert the row of a new name, or take over the
         existing row where it has expired by the proposed "now" (its ``locked_at``),
         with the next fencing token. Returns ``row.columns`` of the row it wrote; a
-        held row is neither written nor returned (no row: held).
+        held row is neither written nor returned (no row: held). Parameters: the
+        proposal's, then the name and "now" of ``looks_first``'s read.
 
-        PostgreSQL and SQLite (3.35+) write it alike: the upsert's ``WHERE`` leaves a
-        held row as it is."""
+        PostgreSQL and SQLite (3.35+) write it alike. The row is proposed only where
+        the statement's snapshot shows the name free (or new), so a refusal is a read:
+        the upsert's ``WHERE`` alone would still lock the holder's row, and on
+        PostgreSQL that costs each refusal a transaction id and a flushed commit. The
+        ``WHERE`` settles the race with a holder that took the row since the snapshot,
+        under the row lock."""
         takeover = ", ".join(
             f"{column} = EXCLUDED.{column}" for column in ("lock_until", "locked_at", "locked_by", "token")
         )
         return (
-            f"INSERT INTO {row.table} AS held ({row.fields}) VALUES ({row.values}) "
+            f"INSERT INTO {row.table} AS held ({row.fields}) SELECT {row.values} "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {row.table} WHERE name = %s AND lock_until > {row.now}) "
             f"ON CONFLICT (name) DO UPDATE SET {takeover}, fencing_token = held.fencing_token + 1 "
             f"WHERE held.lock_until <= EXCLUDED.locked_at RETURNING {row.columns}"
         )

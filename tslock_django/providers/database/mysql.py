@@ -14,6 +14,7 @@ class MySQL(Dialect):
     update_returning = False
     # MariaDB 10.5 and later return rows from an INSERT, an upsert too; MySQL never does.
     one_statement = None
+    looks_first = False  # a held row is written back unchanged, which MariaDB skips
     extend_carries_deadline = True
     share_lock = " LOCK IN SHARE MODE"  # MariaDB has no FOR SHARE
     update_lock = " FOR UPDATE"

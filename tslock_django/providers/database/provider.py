@@ -187,7 +187,10 @@ class DatabaseLockProvider(LockProvider):
         # database (MariaDB's default collation would fold the case of raw tokens).
         digest = token_digest(token)
         if self._one_statement(conn):
-            params = [name, *self._until(config.lock_at_most_for), *self._now(), self.locked_by, digest]
+            now = self._now()
+            params = [name, *self._until(config.lock_at_most_for), *now, self.locked_by, digest]
+            if self._dialect.looks_first:
+                params += [name, *now]
             rows = self._run(conn, what, self._sql.acquire, params, fetch=True)[1]
             if not rows:
                 return None  # held; PostgreSQL and SQLite leave the holder's row unread

@@ -14,7 +14,8 @@ class Statements:
     only on the vendor and on whose clock decides. Where "now" is the caller's clock it
     is a parameter; the comments give each statement's parameters in order."""
 
-    #: [name, until, now, locked_by, token]; returns ``columns`` of the row granted.
+    #: [name, until, now, locked_by, token] (+ [name, now] where the dialect
+    #: ``looks_first``); returns ``columns`` of the row granted (MariaDB: or held).
     acquire: str
     #: ShedLock's steps, where acquire cannot be one statement: take an existing free
     #: row [until, now, locked_by, token, name, now], insert a new name [as acquire],
@@ -65,8 +66,9 @@ class Statements:
         )
         if dialect.update_returning:
             extend += f" RETURNING {epoch('lock_until')}"
+        proposal = Proposal(table=TABLE, fields=fields, values=values, columns=columns, now=now)
         return cls(
-            acquire=dialect.acquire(Proposal(table=TABLE, fields=fields, values=values, columns=columns)),
+            acquire=dialect.acquire(proposal),
             take=(
                 f"UPDATE {TABLE} SET lock_until = {until}, locked_at = {now}, locked_by = %s, token = %s, "
                 f"fencing_token = fencing_token + 1 WHERE name = %s AND lock_until <= {now}{returning}"

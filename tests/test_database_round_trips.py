@@ -1,7 +1,8 @@
 """How many statements each outcome of the database provider costs, counted on the
 connection as the server receives them: acquire is one statement whether it is granted
-(a new name, an expired row, a released one) or refused (on MariaDB the refusal names the
-holder); unlock and extend are one each. On SQLite, PostgreSQL and MariaDB, with the
+(a new name, an expired row, a released one) or refused (and the refusal still names the
+holder, which SQLite reads with a second statement in the process); unlock and extend are
+one each. On SQLite, PostgreSQL and MariaDB, with the
 database's clock and with the caller's."""
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from django.db import connections
 
 from tests.conftest import database_marks
 from tslock_django import LockConfiguration, MutableClock
-from tslock_django.core.handle import Attempt
 from tslock_django.core.provider import SimpleLock
 from tslock_django.core.records import fingerprint
 from tslock_django.providers.database import DatabaseLockProvider
@@ -63,8 +63,11 @@ class RoundTrips:
         assert held is not None and held.fencing_token == 1
         assert len(sent) == 1, sent
 
-    def refused(self, provider: DatabaseLockProvider) -> tuple[SimpleLock, Attempt]:
-        """A lock held by ``provider`` and another process's refused attempt on it."""
+    #: Statements of a refusal: one; SQLite's upsert cannot return the holder's row,
+    #: which it then reads (in the process: SQLite has no round trips).
+    refusal_statements = 1
+
+    def test_a_refusal_is_one_statement_and_names_the_holder(self, provider: DatabaseLockProvider) -> None:
         held = provider.lock(LockConfiguration("count/held", "1m", "10s"))
         assert held is not None
         other = DatabaseLockProvider("other", using=self.using, use_db_time=provider.use_db_time)
@@ -72,11 +75,15 @@ class RoundTrips:
         with self.counting() as sent:
             attempt = other.attempt(LockConfiguration("count/held", "1m"))
         assert attempt.held is None
-        assert len(sent) == 1, sent
-        return held, attempt
-
-    def test_a_refusal_is_one_statement(self, provider: DatabaseLockProvider) -> None:
-        self.refused(provider)
+        assert len(sent) == self.refusal_statements, sent
+        holder = attempt.holder
+        assert holder is not None, "the refusal names the holder"
+        assert holder.locked_by == held.record.locked_by != "elsewhere:1"
+        assert holder.fencing_token == held.fencing_token
+        assert holder.lock_until == held.record.lock_until
+        assert holder.locked_at == held.record.locked_at
+        assert holder.token == "" and not holder.released, "a holder's record never carries its token"
+        assert holder.token_fingerprint == fingerprint(held.token)
 
     def test_a_refusal_leaves_the_holders_row_as_it_was(self, provider: DatabaseLockProvider) -> None:
         held = provider.lock(LockConfiguration("count/untouched", "1m"))
@@ -134,6 +141,7 @@ class RoundTrips:
 @pytest.mark.django_db(transaction=True)
 class TestSQLite(RoundTrips):
     using = "default"
+    refusal_statements = 2
 
 
 class TestPostgreSQL(RoundTrips):
@@ -159,15 +167,3 @@ class TestPostgreSQL(RoundTrips):
 class TestMariaDB(RoundTrips):
     using = "mariadb"
     pytestmark = database_marks("mariadb", "MariaDB at 127.0.0.1:3306")
-
-    def test_a_refusal_names_the_holder(self, provider: DatabaseLockProvider) -> None:
-        """ON DUPLICATE KEY UPDATE writes a held row back as it is and returns it."""
-        held, attempt = self.refused(provider)
-        holder = attempt.holder
-        assert holder is not None, "the refusal names the holder"
-        assert holder.locked_by == held.record.locked_by != "elsewhere:1"
-        assert holder.fencing_token == held.fencing_token
-        assert holder.lock_until == held.record.lock_until
-        assert holder.locked_at == held.record.locked_at
-        assert holder.token == "" and not holder.released, "a holder's record never carries its token"
-        assert holder.token_fingerprint == fingerprint(held.token)

@@ -6,6 +6,7 @@ module, so a reader of one vendor's path never reads another's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,9 @@ class Dialect:
     #: Whether acquire is one statement (``acquire``) here; ``None``: ask the server.
     #: Where it is not, acquire is ShedLock's steps (``DatabaseLockProvider``).
     one_statement: bool | None = True
-    #: Whether acquire first reads whether the name is held (its parameters end with
-    #: the name and "now" again; see ``acquire``).
-    looks_first = True
+    #: Whether a refused ``acquire`` returns the holder's row; where it does not, the
+    #: provider reads it (SQLite: a lookup in the process, no round trip).
+    names_holder = False
     #: Whether extend hands its new deadline back in the statement's own reply (the
     #: cursor's ``lastrowid``) rather than by ``RETURNING``.
     extend_carries_deadline = False
@@ -93,8 +94,8 @@ class Dialect:
         """The one statement of acquire: insert the row of a new name, or take over the
         existing row where it has expired by the proposed "now" (its ``locked_at``),
         with the next fencing token. Returns ``row.columns`` of the row it wrote; a
-        held row is neither written nor returned (no row: held). Parameters: the
-        proposal's, then the name and "now" of ``looks_first``'s read.
+        held row is neither written nor returned (no row: held). Its parameters are
+        ``acquire_params``.
 
         PostgreSQL and SQLite (3.35+) write it alike. The row is proposed only where
         the statement's snapshot shows the name free (or new), so a refusal is a read:
@@ -111,6 +112,13 @@ class Dialect:
             f"ON CONFLICT (name) DO UPDATE SET {takeover}, fencing_token = held.fencing_token + 1 "
             f"WHERE held.lock_until <= EXCLUDED.locked_at RETURNING {row.columns}"
         )
+
+    def acquire_params(
+        self, name: str, until: list[Any], now: list[Any], locked_by: str, token: str
+    ) -> list[Any]:
+        """The parameters of ``acquire`` in order (``until`` and ``now``: the SQL's
+        parameters of "now + d" and "now", none or one each)."""
+        return [name, *until, *now, locked_by, token, name, *now]
 
     def extend_deadline(self, until: str) -> str:
         """The new ``lock_until`` that extend writes, given the SQL of "now + d"."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .dialect import Dialect, Proposal
 
 _EPOCH = "'1970-01-01 00:00:00'"
@@ -14,7 +16,7 @@ class MySQL(Dialect):
     update_returning = False
     # MariaDB 10.5 and later return rows from an INSERT, an upsert too; MySQL never does.
     one_statement = None
-    looks_first = False  # a held row is written back unchanged, which MariaDB skips
+    names_holder = True  # a held row is written back as it is and returned
     extend_carries_deadline = True
     share_lock = " LOCK IN SHARE MODE"  # MariaDB has no FOR SHARE
     update_lock = " FOR UPDATE"
@@ -69,6 +71,11 @@ class MySQL(Dialect):
             f"INSERT INTO {row.table} ({row.fields}) VALUES ({row.values}) "
             f"ON DUPLICATE KEY UPDATE {assignments} RETURNING {row.columns}"
         )
+
+    def acquire_params(
+        self, name: str, until: list[Any], now: list[Any], locked_by: str, token: str
+    ) -> list[Any]:
+        return [name, *until, *now, locked_by, token]
 
     def extend_deadline(self, until: str) -> str:
         # No UPDATE ... RETURNING: LAST_INSERT_ID(expr) hands the new deadline (in

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .dialect import Dialect
+from typing import Any
+
+from .dialect import Dialect, Proposal
 from .tables import TABLE
 
 
@@ -14,6 +16,7 @@ class PostgreSQL(Dialect):
     # PostgreSQL, shared by several sessions, it becomes a MultiXact written to disk.
     purge_lock = f"LOCK TABLE {TABLE} IN SHARE ROW EXCLUSIVE MODE"
     update_lock = " FOR UPDATE"
+    names_holder = True
 
     def now(self) -> str:
         return "statement_timestamp()"  # constant within a statement (clock_timestamp() is not)
@@ -30,3 +33,18 @@ class PostgreSQL(Dialect):
     def fold(self, column: str, letters: str) -> str:
         # Under the "C" collation lower() changes ASCII letters only.
         return f'lower({column} COLLATE "C")'
+
+    def acquire(self, row: Proposal) -> str:
+        # The upsert in a WITH query, and the holder's row where it wrote nothing: a
+        # refusal names its holder in the same round trip, still only reading. The
+        # holder is read from the statement's snapshot; a row inserted since is held
+        # but unseen, and the refusal then names no one.
+        return (
+            f"WITH taken AS ({super().acquire(row)}) SELECT * FROM taken UNION ALL "
+            f"SELECT {row.columns} FROM {row.table} WHERE name = %s AND NOT EXISTS (SELECT FROM taken)"
+        )
+
+    def acquire_params(
+        self, name: str, until: list[Any], now: list[Any], locked_by: str, token: str
+    ) -> list[Any]:
+        return [*super().acquire_params(name, until, now, locked_by, token), name]

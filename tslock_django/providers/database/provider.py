@@ -187,15 +187,15 @@ class DatabaseLockProvider(LockProvider):
         # database (MariaDB's default collation would fold the case of raw tokens).
         digest = token_digest(token)
         if self._one_statement(conn):
-            now = self._now()
-            params = [name, *self._until(config.lock_at_most_for), *now, self.locked_by, digest]
-            if self._dialect.looks_first:
-                params += [name, *now]
+            dialect = self._dialect
+            until, now = self._until(config.lock_at_most_for), self._now()
+            params = dialect.acquire_params(name, until, now, self.locked_by, digest)
             rows = self._run(conn, what, self._sql.acquire, params, fetch=True)[1]
             if not rows:
-                return None  # held; PostgreSQL and SQLite leave the holder's row unread
+                # Held. SQLite's upsert cannot return the holder's row: read it.
+                return None if dialect.names_holder else self._read(conn, name, what)
             row = rows[0]
-            if row[4] != digest:  # MariaDB: the row as the holder left it
+            if row[4] != digest:  # the holder's row
                 return self._record(row)
             locked_at, lock_until, fencing = row[2], row[1], row[5]
         else:

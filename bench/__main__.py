@@ -313,13 +313,19 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, Django {m['django']}"]
     if report.get("db"):
         lines += ["", "lock+unlock cycles/s (median, p10-p90; ratio = tslock median / contender median)"]
-        lines.append(f"{'server':<10} {'contender':<16} {'median':>8} {'p10-p90':>15} {'tslock/x':>9}")
+        lines.append(f"{'server':<10} {'contender':<25} {'median':>8} {'p10-p90':>15} {'tslock/x':>9}")
         for server, data in report["db"].items():
             for name, r in data["results"].items():
                 ratio = data["tslock_over"].get(name)
                 lines.append(
-                    f"{server:<10} {name:<16} {r['median']:>8.0f} {r['p10']:>7.0f}-{r['p90']:<7.0f} "
+                    f"{server:<10} {name:<25} {r['median']:>8.0f} {r['p10']:>7.0f}-{r['p90']:<7.0f} "
                     f"{'' if ratio is None else f'{ratio:.2f}x':>9}"
+                )
+            prepared = [data["results"].get(f"{who}, psycopg prepared") for who in ("tslock", "raw-sql")]
+            if all(prepared):
+                lines.append(
+                    f"{server:<10} psycopg prepared (opt-in): tslock / raw-sql = "
+                    f"{prepared[0]['median'] / prepared[1]['median']:.2f}x"
                 )
     from bench import contention
 

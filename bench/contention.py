@@ -9,8 +9,8 @@ tries lock-then-unlock in a loop for ``SECONDS``; the cell reports the acquisiti
 (granted attempts) per second of all processes together, and the attempts per second.
 Contenders, each process with its own connection in autocommit mode:
 
-- ``tslock``: ``DatabaseLockProvider.lock()`` then ``SimpleLock.unlock()``; a refusal
-  is one statement (two when this process won the name last: take first);
+- ``tslock``: ``DatabaseLockProvider.lock()`` then ``SimpleLock.unlock()``; an attempt
+  is one statement, granted or refused;
 - ``django-db-mutex``: ``with db_mutex(...)``: its expired-lock sweep, an ``INSERT`` in
   a transaction (a refusal is its unique violation, rolled back), and when granted an
   existence check and a ``DELETE``. On MariaDB these deadlock under contention; such

@@ -4,13 +4,13 @@ Usage: ``BENCH_DB=postgres python -m bench.dbbench ROUNDS SECONDS`` prints one J
 object. Contenders, all on the same Django connection in autocommit mode:
 
 - ``tslock``: ``DatabaseLockProvider.lock()`` then ``SimpleLock.unlock()``, as
-  configured by default (on PostgreSQL: no prepared statements, as Django's own
-  ``prepare_threshold`` default has it);
-- ``tslock, prepared``: the same with ``prepared_statements=True`` (PostgreSQL only:
-  psycopg 3 parses and plans each statement once per connection);
-- ``raw-sql``: the floor: the same conditional ``UPDATE`` to acquire (with ``RETURNING
-  fencing_token`` where the server has it) and one ``UPDATE`` to release, on a row of
-  the same table, through ``cursor.execute``;
+  configured by default;
+- ``raw-sql``: the floor: ShedLock's conditional ``UPDATE`` to acquire (with
+  ``RETURNING fencing_token`` where the server has it) and one ``UPDATE`` to release,
+  on a row of the same table, through Django's ``connection.cursor()``;
+- ``tslock, psycopg prepared`` and ``raw-sql, psycopg prepared`` (PostgreSQL only): the
+  same two on a connection whose ``OPTIONS`` turn on psycopg's prepared statements
+  (``server_side_binding`` and ``prepare_threshold``), the opt-in the docs describe;
 - ``django-db-mutex``: ``with db_mutex(...)`` (its expired-lock sweep, an insert in a
   transaction, an existence check and a delete);
 - ``django-pglock``: ``with pglock.advisory(..., timeout=0)`` (PostgreSQL only;
@@ -35,6 +35,10 @@ def main(rounds: int, seconds: float) -> dict[str, Any]:
 
     old_name = connection.settings_dict["NAME"]
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    from django.db import connections
+
+    if "prepared" in connections:  # the same test database, as Django's mirrors are set up
+        connections["prepared"].settings_dict["NAME"] = connection.settings_dict["NAME"]
     try:
         contenders = build(connection)
         from bench.stats import interleave, ratios
@@ -48,7 +52,8 @@ def main(rounds: int, seconds: float) -> dict[str, Any]:
             "tslock_over": ratios(results, "tslock"),
         }
     finally:
-        connection.close()
+        for each in connections.all():
+            each.close()
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
 
@@ -78,38 +83,33 @@ def build(connection: Any) -> dict[str, Any]:
         if held is None or not held.unlock():
             raise RuntimeError("tslock: the free lock was not granted or not released")
 
-    acquire_sql, release_sql = raw_statements(connection.vendor)
-    locked_by = provider.locked_by
     # The raw contender's row, written once (as tslock's first acquire does).
     seed = provider.lock(LockConfiguration("bench-raw", "1m"))
     assert seed is not None
     seed.unlock()
 
-    def raw_cycle() -> None:
-        token = secrets.token_hex(16)
-        with connection.cursor() as cursor:
-            cursor.execute(acquire_sql, [locked_by, token, "bench-raw"])
-            # With RETURNING the row is the proof (SQLite sets rowcount only after fetching).
-            granted = len(cursor.fetchall()) if cursor.description else cursor.rowcount
-            if granted != 1:
-                raise RuntimeError("raw-sql: the free lock was not granted")
-            cursor.execute(release_sql, ["bench-raw", token])
-
     def mutex_cycle() -> None:
         with db_mutex("bench-db-mutex"):
             pass
 
-    contenders = {"tslock": tslock_cycle, "raw-sql": raw_cycle, "django-db-mutex": mutex_cycle}
+    contenders = {
+        "tslock": tslock_cycle,
+        "raw-sql": raw_cycle(connection, provider.locked_by),
+        "django-db-mutex": mutex_cycle,
+    }
     if connection.vendor == "postgresql":
-        prepared = DatabaseLockProvider("bench-prepared", using="default", prepared_statements=True)
+        from django.db import connections
+
+        prepared = DatabaseLockProvider("bench-prepared", using="prepared")
         prepared_config = LockConfiguration("bench-tslock-prepared", "1m")
 
         def prepared_cycle() -> None:
             held = prepared.lock(prepared_config)
             if held is None or not held.unlock():
-                raise RuntimeError("tslock, prepared: the free lock was not granted or not released")
+                raise RuntimeError("tslock, psycopg prepared: the free lock was not granted or not released")
 
-        contenders["tslock, prepared"] = prepared_cycle
+        contenders["tslock, psycopg prepared"] = prepared_cycle
+        contenders["raw-sql, psycopg prepared"] = raw_cycle(connections["prepared"], prepared.locked_by)
         import pglock
 
         def pglock_cycle() -> None:
@@ -119,6 +119,23 @@ def build(connection: Any) -> dict[str, Any]:
 
         contenders["django-pglock"] = pglock_cycle
     return contenders
+
+
+def raw_cycle(connection: Any, locked_by: str) -> Any:
+    """The floor's lock+unlock on ``connection``, through Django's cursor."""
+    acquire_sql, release_sql = raw_statements(connection.vendor)
+
+    def cycle() -> None:
+        token = secrets.token_hex(16)
+        with connection.cursor() as cursor:
+            cursor.execute(acquire_sql, [locked_by, token, "bench-raw"])
+            # With RETURNING the row is the proof (SQLite sets rowcount only after fetching).
+            granted = len(cursor.fetchall()) if cursor.description else cursor.rowcount
+            if granted != 1:
+                raise RuntimeError("raw-sql: the free lock was not granted")
+            cursor.execute(release_sql, ["bench-raw", token])
+
+    return cycle
 
 
 def raw_statements(vendor: str) -> tuple[str, str]:

@@ -37,6 +37,12 @@ if SERVER == "postgres":
             "TEST": {"NAME": RUN},
         }
     }
+    # The same database with psycopg's own prepared statements (server-side binding; each
+    # statement planned once per connection after five runs): the opt-in contenders.
+    DATABASES["prepared"] = {
+        **DATABASES["default"],
+        "OPTIONS": {"server_side_binding": True, "prepare_threshold": 5},
+    }
 elif SERVER == "mariadb":
     try:
         import MySQLdb  # noqa: F401  (mysqlclient, the driver Django recommends; make bench builds it)

@@ -1,10 +1,9 @@
 """How many statements each outcome of the database provider costs, counted on the
 connection as the server receives them: acquire is one statement whether it is granted
 (a new name, an expired row, a released one) or refused (and the refusal still names the
-holder); unlock and extend are one each. On SQLite, PostgreSQL and MariaDB, with the
-database's clock and with the caller's. (On SQLite and MariaDB a process that won a name
-last tries a plain UPDATE first, and pays two statements if the name is held now:
-``tests/test_database_carried.py``.)"""
+holder, which SQLite reads with a second statement in the process); unlock and extend are
+one each. On SQLite, PostgreSQL and MariaDB, with the
+database's clock and with the caller's."""
 
 from __future__ import annotations
 
@@ -64,6 +63,10 @@ class RoundTrips:
         assert held is not None and held.fencing_token == 1
         assert len(sent) == 1, sent
 
+    #: Statements of a refusal: one; SQLite's upsert cannot return the holder's row,
+    #: which it then reads (in the process: SQLite has no round trips).
+    refusal_statements = 1
+
     def test_a_refusal_is_one_statement_and_names_the_holder(self, provider: DatabaseLockProvider) -> None:
         held = provider.lock(LockConfiguration("count/held", "1m", "10s"))
         assert held is not None
@@ -72,7 +75,7 @@ class RoundTrips:
         with self.counting() as sent:
             attempt = other.attempt(LockConfiguration("count/held", "1m"))
         assert attempt.held is None
-        assert len(sent) == 1, sent
+        assert len(sent) == self.refusal_statements, sent
         holder = attempt.holder
         assert holder is not None, "the refusal names the holder"
         assert holder.locked_by == held.record.locked_by != "elsewhere:1"
@@ -138,6 +141,7 @@ class RoundTrips:
 @pytest.mark.django_db(transaction=True)
 class TestSQLite(RoundTrips):
     using = "default"
+    refusal_statements = 2
 
 
 class TestPostgreSQL(RoundTrips):

@@ -46,7 +46,7 @@ REFUSED = [
     (DB, {"using": "nowhere"}, "'nowhere' is not a database alias"),
     (DB, {"use_db_time": "maybe"}, "must be true or false, got 'maybe'"),
     (DB, {"use_db_time": 1}, "must be True or False, got 1"),
-    (DB, {"prepared_statements": "sometimes"}, "must be None (follow the database), True or False"),
+    (DB, {"prepared_statements": True}, "unknown OPTIONS key(s) 'prepared_statements'"),
     (MEMORY, {"colour": "red"}, "valid keys are (none)"),
     (DO, {"token": None}, "needs OPTIONS 'token'"),
     (DO, {"url": "https://user:pw@locks.example.com"}, "must not contain credentials"),
@@ -122,12 +122,8 @@ def test_options_read_from_text_are_the_constructors_options() -> None:
         provider = built.create("it")
     expected = {"url": given["url"], "cache": None, "key_prefix": "tslock:", "timeout": 2.5}
     assert read == provider.options == expected
-    from_url = {"use_db_time": "false", "prepared_statements": "on"}
-    assert options.DATABASE.read("it", from_url) == {
-        "using": "default",
-        "use_db_time": False,
-        "prepared_statements": True,
-    }
+    from_url = {"use_db_time": "false"}
+    assert options.DATABASE.read("it", from_url) == {"using": "default", "use_db_time": False}
 
 
 def test_each_provider_declares_the_defaults_the_check_reads() -> None:

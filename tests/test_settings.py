@@ -73,8 +73,7 @@ def test_configuration_errors_are_not_runtime_errors() -> None:
                     "OPTIONS": {"usin": "x"},
                 }
             },
-            "unknown OPTIONS key(s) 'usin' for DatabaseLockProvider; "
-            "valid keys are prepared_statements, use_db_time, using",
+            "unknown OPTIONS key(s) 'usin' for DatabaseLockProvider; valid keys are use_db_time, using",
         ),
         (
             {

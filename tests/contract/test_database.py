@@ -44,13 +44,10 @@ def without_returning(provider: DatabaseLockProvider) -> DatabaseLockProvider:
     extend read back (SQLite) or carried in LAST_INSERT_ID (MySQL)."""
     dialect = type(provider._dialect)()
     dialect.update_returning = False
-    dialect.upsert_returning = False
+    dialect.one_statement = False
     provider._dialect = dialect
     provider._sql = _Statements.build(dialect, provider.use_db_time)
-    provider._upsert_returning = False
-    provider._routines = None
-    provider._take_first = None  # it needs rows from both statements
-    provider._clock_offset = None
+    provider._single = False
     return provider
 
 
@@ -70,17 +67,3 @@ class TestSQLiteWithoutReturning(InSteps):
 class TestMySQLPathOnMariaDB(InSteps):
     using = "mariadb"
     pytestmark = database_marks("mariadb", "MariaDB at 127.0.0.1:3306")
-
-
-class TestPostgreSQLPrepared(DatabaseContract):
-    """PostgreSQL with the fixed statements prepared (``prepared_statements=True``)."""
-
-    using = "postgres"
-    pytestmark = database_marks("postgres", "PostgreSQL at 127.0.0.1:5432")
-
-    @pytest.fixture
-    def provider(self) -> Iterator[DatabaseLockProvider]:
-        provider = DatabaseLockProvider(f"db-{self.using}", using=self.using, prepared_statements=True)
-        assert provider.prepares
-        yield provider
-        provider.close()

@@ -9,6 +9,7 @@ longer than 255 characters is first rewritten to its 255-character stand-in
 (``journal_name(name, 255)``), so the narrower column takes every row. Replayed (the
 recovery check tslock.E007 advises), the widening changes nothing."""
 
+import hashlib
 from typing import Any
 
 from django.db import migrations, models
@@ -22,9 +23,17 @@ def widen(apps: Any, schema_editor: Any) -> None:
     _resize(schema_editor, WIDE)
 
 
-def narrow(apps: Any, schema_editor: Any) -> None:
-    from tslock_django.journal.models import journal_name
+def journal_name(name: str, length: int) -> str:
+    """``journal.models.journal_name`` as it was when this migration was written (a
+    migration must mean the same whatever the package beside it becomes): the name, or
+    its beginning, "…" and its SHA-256 in hex, ``length`` characters in all."""
+    if len(name) <= length:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{name[: length - len(digest) - 1]}\u2026{digest}"
 
+
+def narrow(apps: Any, schema_editor: Any) -> None:
     for model_name in ("Job", "Run"):
         model = apps.get_model("tslock_django", model_name)
         rows = model.objects.using(schema_editor.connection.alias)

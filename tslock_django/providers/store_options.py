@@ -33,7 +33,7 @@ from django.db import connections
 from django.views.decorators.debug import sensitive_variables
 
 from ..conf import DATABASE_BACKEND, DURABLE_OBJECT_BACKEND, KV_BACKEND, MEMORY_BACKEND, REDIS_BACKEND
-from ..core.options import FALSE_WORDS, REQUIRED, TRUE_WORDS, option_error, resolve_options
+from ..core.options import REQUIRED, option_error, resolve_options
 
 #: What ``valid_bearer_token`` requires, worded for an option error (never with the value).
 BEARER_TOKEN_RULE = (
@@ -115,7 +115,7 @@ class StoreOptions:
     def check(self, alias: str, options: dict[str, Any]) -> dict[str, Any]:
         """Check the values of resolved ``options``, normalising some in place (text
         from a settings URL where the default gives no type to read it as: Redis's
-        ``timeout``, the database's ``prepared_statements``); returns them.
+        ``timeout``); returns them.
 
         Raises:
             InvalidLockProvider: naming the option and what it should be, never its value
@@ -160,17 +160,6 @@ def _database(alias: str, options: dict[str, Any]) -> None:
     if not isinstance(options["use_db_time"], bool):
         raise option_error(alias, "use_db_time", f"must be True or False, got {options['use_db_time']!r}")
     check_database_vendor(alias, using, database_vendor(using))
-    prepared = options["prepared_statements"]
-    if isinstance(prepared, str):  # from a settings URL's query string
-        word = prepared.strip().lower()
-        prepared = True if word in TRUE_WORDS else False if word in FALSE_WORDS else prepared
-    if prepared is not None and not isinstance(prepared, bool):
-        raise option_error(
-            alias,
-            "prepared_statements",
-            f"must be None (follow the database), True or False, got {prepared!r}",
-        )
-    options["prepared_statements"] = prepared
 
 
 def check_database_vendor(alias: str, using: str, vendor: str) -> None:
@@ -190,9 +179,7 @@ def check_database_vendor(alias: str, using: str, vendor: str) -> None:
         )
 
 
-DATABASE = StoreOptions(
-    DATABASE_BACKEND, {"using": "default", "use_db_time": True, "prepared_statements": None}, _database
-)
+DATABASE = StoreOptions(DATABASE_BACKEND, {"using": "default", "use_db_time": True}, _database)
 
 MEMORY = StoreOptions(MEMORY_BACKEND, {})
 

@@ -1,20 +1,22 @@
 """``DatabaseLockProvider``: ShedLock's table protocol on any Django database.
 
-Acquire is one statement, granted or refused: an upsert that inserts the row of a new
-name, or takes over the existing row only where it has expired, and returns the row as
-it then is: ours when granted, the holder's when refused. Where the server cannot return
-rows from an upsert (MySQL; SQLite before 3.35) acquire is ShedLock's own sequence
-instead: a conditional ``UPDATE`` (take an expired row), an ``INSERT`` whose conflict
-means "held", and a ``SELECT`` of the holder. On PostgreSQL the upsert runs only when the
-statement's snapshot shows the row free, so a refusal there is a read that writes and
-locks nothing. Unlock and extend are one statement each (MySQL's extend hands its new
-deadline back through ``LAST_INSERT_ID``). Deadlines come from the database's clock by
-default, so web nodes with skewed clocks still agree. Locking never deletes rows:
-after release they keep the last holder and the fencing counter, which therefore
-grows monotonically per name. ``purge()`` deletes rows expired longer than a retention
-period, raising the high-water mark in ``tslock_fence`` to their fencing tokens in the
-same transaction; a name inserted afresh starts from that mark, so its tokens still
-grow across a purge.
+Acquire is one statement, the same on every outcome: an upsert that inserts the row of
+a new name, or takes over the existing row only where it has expired, and returns the
+row it wrote with its fencing token. On PostgreSQL and SQLite the upsert's ``WHERE``
+leaves a held row as it is, and no row back means "held"; MariaDB's ``ON DUPLICATE KEY
+UPDATE`` writes a held row back unchanged and returns it, which names the holder. Where
+the server has no ``RETURNING`` (MySQL, MariaDB before 10.5, SQLite before 3.35)
+acquire is ShedLock's own sequence instead: a conditional ``UPDATE`` (take an expired
+row), an ``INSERT`` whose conflict means "held", and a ``SELECT`` of what was written or
+of the holder. Unlock and extend are one statement each (MySQL's extend hands its new
+deadline back through ``LAST_INSERT_ID``). Every statement runs on a cursor of Django's
+``connection.cursor()``. Deadlines come from the database's clock by default, so web
+nodes with skewed clocks still agree. Locking never deletes rows: after release they
+keep the last holder and the fencing counter, which therefore grows monotonically per
+name. ``purge()`` deletes rows expired longer than a retention period, raising the
+high-water mark in ``tslock_fence`` to their fencing tokens in the same transaction; a
+name inserted afresh starts from that mark, so its tokens still grow across a purge.
+Why this statement and no other: ``docs/explanation/database.md``.
 
 A listing is one ``SELECT`` per page: a range on the primary key for a prefix, ``LIKE``
 for a substring, the states as comparisons with "now", a keyset on ``(key, name)`` and
@@ -39,11 +41,7 @@ The package, one idea per module: ``provider`` runs the statements (connections,
 errors, the protocol's steps); ``statements`` writes them once per provider from a
 dialect; ``dialect`` is what every vendor answers and ``postgresql``, ``mysql`` and
 ``sqlite`` are each vendor's answers; ``listing`` writes a page's ``SELECT``;
-``retention`` is ``purge()``; ``prepared`` is psycopg's server-side prepared statements;
-``routines`` installs the server-side routines of migration 0007 (on PostgreSQL the functions
-``tslock_acquire`` and ``tslock_unlock``, which acquire and unlock call with the database's
-clock, falling back to the plain statements where they are missing); ``tables`` names the
-tables and limits.
+``retention`` is ``purge()``; ``tables`` names the tables and limits.
 """
 
 from __future__ import annotations

@@ -1,53 +1,29 @@
 """What every SQL dialect of the database provider answers: how a vendor writes "now",
-"now + d", an instant from epoch microseconds, an upsert, a keyset term. The vendors'
-own answers live in ``postgresql``, ``mysql`` and ``sqlite`` beside this module, so a
-reader of one vendor's path never reads another's."""
+"now + d", an instant from epoch microseconds, the acquire statement, a keyset term. The
+vendors' own answers live in ``postgresql``, ``mysql`` and ``sqlite`` beside this
+module, so a reader of one vendor's path never reads another's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from .cursors import plain
-
-#: The parameters of the plain upsert, in order, by name (see ``Statements``).
-UPSERT_SLOTS: tuple[str, ...] = ("name", "until", "now", "locked_by", "token")
-
 
 @dataclass(frozen=True)
-class Routines:
-    """The calls of server-side routines that a migration creates (0007), where a
-    vendor has them: each is one statement whose plans the server keeps per session,
-    with no named client-side statement that a pooler could hand to another session."""
+class Proposal:
+    """The row an acquire proposes, for a dialect to write its one statement with."""
 
-    #: Parameters [name, lock_at_most_for in microseconds, locked_by, token digest];
-    #: returns the row as ``Statements.columns`` reads it (ours when granted).
-    acquire: str
-    #: Parameters [name, token digest, lock_at_least_until in epoch microseconds];
-    #: returns one row whose one column is true (1) when the lock was released.
-    unlock: str
-    #: What the server answers when a routine is not there (the migration has not
-    #: run): SQLSTATEs on PostgreSQL, error numbers on MySQL.
-    missing: tuple[str | int, ...]
-
-
-@dataclass(frozen=True)
-class Upsert:
-    """The pieces of the acquire upsert that every vendor shares, for a dialect to put
-    together in its own shape (``Dialect.acquire``)."""
-
-    #: ``INSERT INTO <target> (<fields>)``
-    head: str
-    #: The lock table as this statement names it (schema-qualified inside a routine).
+    #: The lock table as the statement names it.
     table: str
-    #: The proposed row's values: the SQL of name, until, now, locked_by, token, fencing.
-    values: tuple[str, ...]
-    #: ``<on conflict clause> <assignments> RETURNING <columns>``
-    conflict: str
-    #: The SQL of "now" (for a dialect that first looks at the row).
-    now: str
+    #: ``name, lock_until, locked_at, locked_by, token, fencing_token``
+    fields: str
+    #: The SQL of those fields' values for a new name (parameters: name, until, now,
+    #: locked_by, token, in that order).
+    values: str
     #: The columns a read returns (``Statements.columns``).
     columns: str
+    #: The SQL of "now" (a parameter with the caller's clock).
+    now: str
 
 
 class Dialect:
@@ -57,21 +33,15 @@ class Dialect:
     vendor = ""
     #: Whether an ``UPDATE`` can return the row it wrote.
     update_returning: bool = True
-    #: Whether an upsert can return the row as it ends up (``None``: ask the server).
-    upsert_returning: bool | None = True
+    #: Whether acquire is one statement (``acquire``) here; ``None``: ask the server.
+    #: Where it is not, acquire is ShedLock's steps (``DatabaseLockProvider``).
+    one_statement: bool | None = True
+    #: Whether a refused ``acquire`` returns the holder's row; where it does not, the
+    #: provider reads it (SQLite: a lookup in the process, no round trip).
+    names_holder = False
     #: Whether extend hands its new deadline back in the statement's own reply (the
     #: cursor's ``lastrowid``) rather than by ``RETURNING``.
     extend_carries_deadline = False
-    #: Whether to try a plain ``UPDATE`` before the upsert for names last won here
-    #: (see ``take_first``), where the server returns rows from both.
-    takes_first = False
-    #: Whether the taking ``UPDATE`` carries its grant in its reply instead of
-    #: returning a row (see ``carried``).
-    carries_take = False
-    #: How the upsert names its table, so the conflict clause can tell the row that
-    #: exists (``current``) from the one proposed (``proposed``).
-    upsert_alias = " AS held"
-    on_conflict_update = "ON CONFLICT (name) DO UPDATE SET"
     #: How a read takes a shared row lock (a fresh INSERT reads the fencing mark so,
     #: where ``purge_lock`` does not keep it current instead).
     share_lock = ""
@@ -80,12 +50,6 @@ class Dialect:
     purge_lock: str | None = None
     #: How a read takes an exclusive row lock (purge locks the rows it deletes).
     update_lock = ""
-    #: The server-side routines of acquire and unlock (with the database's clock),
-    #: where this vendor has them and they pay (see ``Routines``).
-    routines: Routines | None = None
-    #: Makes the DB-API cursor the provider keeps on a connection (see ``cursors``):
-    #: by default the one ``connection.cursor()`` wraps.
-    cursor = staticmethod(plain)
 
     def now(self) -> str:
         raise NotImplementedError
@@ -100,14 +64,6 @@ class Dialect:
 
     def epoch_us(self, column: str) -> str:
         raise NotImplementedError
-
-    def current(self, column: str) -> str:
-        """In an upsert's conflict clause: ``column`` of the row that exists."""
-        return f"held.{column}"
-
-    def proposed(self, column: str) -> str:
-        """In an upsert's conflict clause: ``column`` of the row the INSERT proposed."""
-        return f"EXCLUDED.{column}"
 
     def later(self, first: str, second: str) -> str:
         """The later of two instants."""
@@ -134,25 +90,36 @@ class Dialect:
         the store's side of :func:`~tslock_django.core.query.fold`."""
         raise NotImplementedError
 
-    def acquire(self, upsert: Upsert) -> tuple[str, tuple[str, ...]]:
-        """The one statement of acquire and the names of its parameters in order: by
-        default the upsert as it is."""
-        values = ", ".join(upsert.values)
-        return f"{upsert.head} VALUES ({values}) {upsert.conflict}", UPSERT_SLOTS
+    def acquire(self, row: Proposal) -> str:
+        """The one statement of acquire: insert the row of a new name, or take over the
+        existing row where it has expired by the proposed "now" (its ``locked_at``),
+        with the next fencing token. Returns ``row.columns`` of the row it wrote; a
+        held row is neither written nor returned (no row: held). Its parameters are
+        ``acquire_params``.
+
+        PostgreSQL and SQLite (3.35+) write it alike. The row is proposed only where
+        the statement's snapshot shows the name free (or new), so a refusal is a read:
+        the upsert's ``WHERE`` alone would still lock the holder's row, and on
+        PostgreSQL that costs each refusal a transaction id and a flushed commit. The
+        ``WHERE`` settles the race with a holder that took the row since the snapshot,
+        under the row lock."""
+        takeover = ", ".join(
+            f"{column} = EXCLUDED.{column}" for column in ("lock_until", "locked_at", "locked_by", "token")
+        )
+        return (
+            f"INSERT INTO {row.table} AS held ({row.fields}) SELECT {row.values} "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {row.table} WHERE name = %s AND lock_until > {row.now}) "
+            f"ON CONFLICT (name) DO UPDATE SET {takeover}, fencing_token = held.fencing_token + 1 "
+            f"WHERE held.lock_until <= EXCLUDED.locked_at RETURNING {row.columns}"
+        )
+
+    def acquire_params(
+        self, name: str, until: list[Any], now: list[Any], locked_by: str, token: str
+    ) -> list[Any]:
+        """The parameters of ``acquire`` in order (``until`` and ``now``: the SQL's
+        parameters of "now + d" and "now", none or one each)."""
+        return [name, *until, *now, locked_by, token, name, *now]
 
     def extend_deadline(self, until: str) -> str:
         """The new ``lock_until`` that extend writes, given the SQL of "now + d"."""
         return until
-
-    def missing_routine(self, err: BaseException) -> bool:
-        """Whether the driver's error ``err`` says a routine of ``routines`` is not there."""
-        return False
-
-    def create_routines(self, cursor: Any) -> list[str]:
-        """The statements that create (or replace) ``routines`` on the database that
-        ``cursor`` reads (migration 0007); none where the vendor has none."""
-        return []
-
-    def drop_routines(self, cursor: Any) -> list[str]:
-        """The statements that drop what ``create_routines`` made."""
-        return []

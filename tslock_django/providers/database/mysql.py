@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .dialect import Dialect
+from typing import Any
+
+from .dialect import Dialect, Proposal
 
 _EPOCH = "'1970-01-01 00:00:00'"
 
@@ -13,21 +15,11 @@ class MySQL(Dialect):
     # time zone, and all arithmetic below is on UTC wall time.
     update_returning = False
     # MariaDB 10.5 and later return rows from an INSERT, an upsert too; MySQL never does.
-    upsert_returning = None
+    one_statement = None
+    names_holder = True  # a held row is written back as it is and returned
     extend_carries_deadline = True
-    # An UPDATE returns no rows here: LAST_INSERT_ID(expr) carries its grant in the
-    # reply. Tried first where upserts return rows, MariaDB 10.5+ (the fallback).
-    takes_first = carries_take = True
-    upsert_alias = ""
-    on_conflict_update = "ON DUPLICATE KEY UPDATE"
     share_lock = " LOCK IN SHARE MODE"  # MariaDB has no FOR SHARE
     update_lock = " FOR UPDATE"
-
-    def current(self, column: str) -> str:
-        return column
-
-    def proposed(self, column: str) -> str:
-        return f"VALUES({column})"
 
     def now(self) -> str:
         return "UTC_TIMESTAMP(6)"
@@ -57,6 +49,33 @@ class MySQL(Dialect):
         for letter in letters:
             column = f"REPLACE({column}, '{letter.upper()}', '{letter}')"
         return column
+
+    def acquire(self, row: Proposal) -> str:
+        # ON DUPLICATE KEY UPDATE has no WHERE: each column is taken over only where the
+        # row has expired by the proposed "now", else written back as it is (MariaDB
+        # then writes nothing), and RETURNING gives the row as it now stands: ours, or
+        # the holder's, read under the row lock. lock_until goes last: MariaDB assigns
+        # in order and would see its new value in the conditions after it.
+        expired = "lock_until <= VALUES(locked_at)"
+        takeover = {
+            "fencing_token": "fencing_token + 1",
+            "locked_at": "VALUES(locked_at)",
+            "locked_by": "VALUES(locked_by)",
+            "token": "VALUES(token)",
+            "lock_until": "VALUES(lock_until)",
+        }
+        assignments = ", ".join(
+            f"{column} = IF({expired}, {value}, {column})" for column, value in takeover.items()
+        )
+        return (
+            f"INSERT INTO {row.table} ({row.fields}) VALUES ({row.values}) "
+            f"ON DUPLICATE KEY UPDATE {assignments} RETURNING {row.columns}"
+        )
+
+    def acquire_params(
+        self, name: str, until: list[Any], now: list[Any], locked_by: str, token: str
+    ) -> list[Any]:
+        return [name, *until, *now, locked_by, token]
 
     def extend_deadline(self, until: str) -> str:
         # No UPDATE ... RETURNING: LAST_INSERT_ID(expr) hands the new deadline (in

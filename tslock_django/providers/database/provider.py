@@ -1,9 +1,9 @@
 """``DatabaseLockProvider``: the lock protocol on one Django database connection.
 
 The statements come from ``Statements`` (written once per provider from the vendor's
-dialect); this module runs them: on which connection, prepared or not, and how a
-database error becomes a ``LockProviderError``. See the package's docstring for the
-protocol itself.
+dialect); this module runs them through Django's ``connection.cursor()``: on which
+connection, and how a database error becomes a ``LockProviderError``. See the package's
+docstring for the protocol itself.
 """
 
 from __future__ import annotations
@@ -26,23 +26,23 @@ from ...core.records import LockRecord, token_digest
 from ...exceptions import LockProviderError
 from ..epoch import from_epoch_us, to_epoch_us
 from ..store_options import DATABASE, check_database_vendor
-from . import cursors, tables
-from .carried import ClockOffset, wall_clock_us
+from . import tables
+from .dialect import Dialect
 from .listing import PageStatements, unmatchable
-from .prepared import prepares, preparing, statement_gone
+from .mysql import MySQL
+from .postgresql import PostgreSQL
 from .retention import Retention
-from .routines import DIALECTS
+from .sqlite import SQLite
 from .statements import Statements
 from .tables import TABLE
-from .take_first import TakeFirst
 
 logger = logging.getLogger("tslock_django")
 
 T = TypeVar("T")
 
 _MICRO = timedelta(microseconds=1)
-#: The databases already warned about missing routines in this process (one line each).
-_WARNED_NO_ROUTINES: set[str] = set()
+#: The dialect of each ``connection.vendor`` the provider speaks to.
+DIALECTS: dict[str, type[Dialect]] = {d.vendor: d for d in (PostgreSQL, MySQL, SQLite)}
 
 
 class DatabaseLockProvider(LockProvider):
@@ -54,14 +54,6 @@ class DatabaseLockProvider(LockProvider):
         use_db_time: decide expiry on the database's clock (default ``True``); with
             ``False`` the provider's ``ClockProvider`` decides (tests with a
             ``MutableClock``).
-        prepared_statements: on PostgreSQL with psycopg 3, run acquire, unlock, extend
-            and force release as server-side prepared statements, parsed and planned
-            once per connection (on other databases and drivers it changes nothing).
-            ``None`` (the default) follows the database: on when its ``OPTIONS`` set
-            psycopg's ``prepare_threshold``, as Django's documentation has you do where
-            prepared statements are safe, off otherwise. ``True`` or ``False`` decides
-            for the provider alone. Leave it off behind a transaction-pooling PgBouncer
-            older than 1.21, which hands one session's prepared statements to another.
     """
 
     guarantee: ClassVar = "strong"
@@ -77,25 +69,11 @@ class DatabaseLockProvider(LockProvider):
         connection = connections[self.using]
         self.vendor = vendor = connection.vendor
         check_database_vendor(alias, self.using, vendor)
-        #: Whether the fixed statements run prepared (see the option).
-        self.prepares = prepares(connection, self.options["prepared_statements"])
         self.use_db_time = self.options["use_db_time"]
         self._dialect = DIALECTS[vendor]()
         self._sql = Statements.build(self._dialect, self.use_db_time)
-        # Acquire and unlock as calls of the routines of migration 0007, where the vendor
-        # has them; on the caller's clock the plain statements (the routines read the
-        # database's). None once a call found them missing (see _call).
-        self._routines = self._dialect.routines if self.use_db_time else None
-        # Whether acquire is the one upsert (see _upsert_returns; None: not known yet).
-        self._upsert_returning = self._dialect.upsert_returning
-        # The names to try a plain UPDATE for before the upsert (see take_first), where
-        # the server returns rows from both: SQLite 3.35+ here, MariaDB 10.5+ once its
-        # version is known (_upsert_returns). On MariaDB with the database's clock, the
-        # offset that decodes the UPDATE's carried "now" (see carried).
-        self._take_first: TakeFirst | None = None
-        self._clock_offset: ClockOffset | None = None
-        if self._dialect.takes_first and self._upsert_returning and self._dialect.update_returning:
-            self._take_first = TakeFirst()
+        # Whether acquire is the one statement (None: ask the server, see _one_statement).
+        self._single = self._dialect.one_statement
         # The SQL of "now" in reads; its parameter (if any) comes from _now().
         now_sql = self._dialect.now() if self.use_db_time else self._dialect.instant()
         self._pages = PageStatements(self._dialect, now_sql, self._sql.columns)
@@ -155,42 +133,21 @@ class DatabaseLockProvider(LockProvider):
         fetch: bool = False,
         carried: bool = False,
         conflict_means_held: bool = False,
-        prepared: bool = False,
     ) -> tuple[int, list[Any]]:
-        """Execute one statement on ``conn``; returns (rowcount, rows), rows only when
-        ``fetch`` (the statement returns some: we say so rather than ask the cursor,
-        whose ``description`` psycopg builds anew on every access) or ``carried`` (on
+        """Execute one statement on a cursor of ``conn.cursor()``; returns (rowcount,
+        rows), rows only when ``fetch`` (the statement returns some) or ``carried`` (on
         MySQL: one row of the value the statement set with ``LAST_INSERT_ID(expr)``,
-        which comes back in the statement's own reply).
-
-        ``prepared`` marks the provider's fixed statements (acquire, unlock, extend,
-        force release): where the provider prepares (``self.prepares``) they run as
-        prepared statements on the caller's connection. Never on a connection of our
-        own: it serves one operation, and a statement's first run there would cost a
-        second round trip to prepare it.
+        the cursor's ``lastrowid``). The rows are fetched before the count is read:
+        SQLite counts the rows of a ``RETURNING`` statement as they are fetched.
 
         Every database error becomes a ``LockProviderError``, except a unique violation
         of an INSERT (``conflict_means_held``), which is re-raised for the caller.
         """
-        prepared = prepared and self.prepares and conn is connections[self.using]
-        maker = preparing if prepared else self._dialect.cursor
         try:
-            try:
-                return cursors.run(conn, sql, params, fetch=fetch, carried=carried, maker=maker)
-            except DatabaseError as err:
-                if not (prepared and statement_gone(err)):
-                    raise
-                # The statement was refused before it ran (nothing was written), and
-                # psycopg still believes it prepared: start a new session, which prepares
-                # afresh. The shared connection is outside any transaction here (see
-                # _on_connection), so closing it loses nothing of the caller's.
-                logger.warning(
-                    "database %r no longer had tslock's prepared statements (DISCARD ALL or a "
-                    "connection pooler?); reconnecting to prepare them again",
-                    self.using,
-                )
-                conn.close()
-                return cursors.run(conn, sql, params, fetch=fetch, carried=carried, maker=maker)
+            with conn.cursor() as cursor:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall() if fetch else [(cursor.lastrowid,)] if carried else []
+                return cursor.rowcount, rows
         except DatabaseError as err:
             if conflict_means_held and isinstance(err, IntegrityError):
                 raise
@@ -223,27 +180,29 @@ class DatabaseLockProvider(LockProvider):
 
     def _acquire_on(
         self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration
-    ) -> SimpleLock | LockRecord:
+    ) -> SimpleLock | LockRecord | None:
         name, token = config.name, secrets.token_hex(16)
         # The table keeps the token's digest only: a SQL log line or a dump of the table
         # is then no key to this holding, and hex digests compare exactly on every
         # database (MariaDB's default collation would fold the case of raw tokens).
         digest = token_digest(token)
-        first = self._take_first
-        taken = None
-        if first is not None and name in first and self._may_take():
-            taken = self._take(conn, what, config, digest)
-        if taken is None:
-            answer = self._acquire_answer(conn, what, config, digest)
-            first = self._take_first  # set up by the first answer on MariaDB
-            if isinstance(answer, LockRecord):
-                if first is not None:
-                    first.refused(name)
-                return answer
-            taken = answer
-        if first is not None:
-            first.granted(name)
-        locked_at, lock_until, fencing = taken
+        if self._one_statement(conn):
+            dialect = self._dialect
+            until, now = self._until(config.lock_at_most_for), self._now()
+            params = dialect.acquire_params(name, until, now, self.locked_by, digest)
+            rows = self._run(conn, what, self._sql.acquire, params, fetch=True)[1]
+            if not rows:
+                # Held. SQLite's upsert cannot return the holder's row: read it.
+                return None if dialect.names_holder else self._read(conn, name, what)
+            row = rows[0]
+            if row[4] != digest:  # the holder's row
+                return self._record(row)
+            locked_at, lock_until, fencing = row[2], row[1], row[5]
+        else:
+            taken = self._acquire_in_steps(conn, what, config, digest)
+            if isinstance(taken, LockRecord):
+                return taken
+            locked_at, lock_until, fencing = taken
         record = LockRecord(
             name=name,
             lock_until=self._time(lock_until),
@@ -257,128 +216,33 @@ class DatabaseLockProvider(LockProvider):
         )
         return self.handle(record, config)
 
-    def _acquire_answer(
-        self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration, digest: str
-    ) -> tuple[Any, Any, Any] | LockRecord:
-        """Acquire in the statement that answers every outcome (a routine's call, the
-        upsert, or ShedLock's steps where neither exists): ``(locked_at, lock_until,
-        fencing_token)`` when granted, else the holder."""
-        rows: list[Any] | None = None
-        name = config.name
-        if self._routines is not None:
-            call = [name, config.lock_at_most_for // _MICRO, self.locked_by, digest]
-            rows = self._call(conn, what, self._routines.acquire, call)
-        if rows is None and self._upsert_returns(conn):
-            values = {
-                "name": [name],
-                "until": self._until(config.lock_at_most_for),
-                "now": self._now(),
-                "locked_by": [self.locked_by],
-                "token": [digest],
-            }
-            params = [value for slot in self._sql.acquire_slots for value in values[slot]]
-            offset = self._clock_offset
-            sent = wall_clock_us() if offset is not None else 0
-            rows = self._run(conn, what, self._sql.acquire, params, fetch=True, prepared=True)[1]
-            if offset is not None and rows and rows[0][4] == digest:
-                offset.learn(int(rows[0][2]), sent, wall_clock_us())
-        if rows is None:
-            return self._acquire_in_steps(conn, what, config, digest)
-        if not rows:
-            # An upsert always ends with a row; none is a store that misbehaves,
-            # never "held".
-            raise LockProviderError(f"{what}: the upsert returned no row", alias=self.alias)
-        row = rows[0]
-        if row[4] != digest:  # the row as the holder left it
-            return self._record(row)
-        return row[2], row[1], row[5]
-
-    def _may_take(self) -> bool:
-        """Whether a taking UPDATE can tell its grant: always where it returns rows;
-        on MariaDB with the database's clock, while the clock offset is trusted."""
-        return self._clock_offset is None or self._clock_offset.trusted
-
-    def _take(
-        self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration, digest: str
-    ) -> tuple[Any, Any, Any] | None:
-        """Take ``config.name`` if it exists and is free (see ``take_first``):
-        ``(locked_at, lock_until, fencing_token)`` in epoch microseconds, or ``None``
-        when nothing was taken (a held or new name: the upsert then decides and names
-        the holder)."""
-        until, now = self._until(config.lock_at_most_for), self._now()
-        params = [*until, *now, self.locked_by, digest, config.name, *now]  # Statements.take_slots
-        if self._sql.take_carried is None:
-            rows = self._run(conn, what, self._sql.acquire_update, params, fetch=True, prepared=True)[1]
-            return tuple(rows[0]) if rows else None
-        sent = wall_clock_us()
-        count, rows = self._run(conn, what, self._sql.take_carried, params, carried=True, prepared=True)
-        if count != 1:
-            return None
-        reply = int(rows[0][0] or 0)
-        offset = self._clock_offset
-        if offset is None:
-            return now[0], until[0], reply  # the caller's times; the reply is the token
-        taken = offset.decode(reply, sent, config.lock_at_most_for // _MICRO)
-        if taken is not None:
-            return taken
-        # Nothing usable carried (a fencing token too large for the reply): read it.
-        read = self._run(conn, what, self._sql.read_back, [config.name, digest], fetch=True)[1]
-        if not read:
-            raise LockProviderError(f"{what}: the row written could not be read back", alias=self.alias)
-        locked_at, lock_until, fencing = read[0]
-        offset.learn(int(locked_at), sent, wall_clock_us())
-        return locked_at, lock_until, fencing
-
-    def _call(self, conn: BaseDatabaseWrapper, what: str, sql: str, params: list[Any]) -> list[Any] | None:
-        """Call a routine of migration 0007; its rows, or ``None`` when the routine is
-        not in the database (the migration has not run, or it was dropped): the
-        provider then says so once and uses the plain statements from then on."""
-        try:
-            return self._run(conn, what, sql, params, fetch=True, prepared=True)[1]
-        except LockProviderError as err:
-            driver = err.__cause__.__cause__ if err.__cause__ is not None else None
-            if driver is None or not self._dialect.missing_routine(driver):
-                raise
-        self._routines = None
-        if self.using not in _WARNED_NO_ROUTINES:
-            _WARNED_NO_ROUTINES.add(self.using)
-            logger.warning(
-                "database %r has no tslock routines (run `manage.py migrate tslock_django`); "
-                "locking with plain statements meanwhile, which is slower",
-                self.using,
-            )
-        return None
-
-    def _upsert_returns(self, conn: BaseDatabaseWrapper) -> bool:
-        """Whether this server returns the row of an upsert, so that acquire is one
-        statement. On MySQL and MariaDB that takes the server's version, known once
+    def _one_statement(self, conn: BaseDatabaseWrapper) -> bool:
+        """Whether this server runs acquire as one statement. On MySQL and MariaDB
+        that takes the server's version (MariaDB 10.5 added ``RETURNING``), known once
         connected; it is asked once per provider."""
-        able = self._upsert_returning
-        if able is None:
+        single = self._single
+        if single is None:
             server: Any = conn
-            able = bool(server.mysql_is_mariadb and server.mysql_version >= (10, 5))
-            self._upsert_returning = able
-            if able and self._dialect.takes_first:
-                self._take_first = TakeFirst()
-                self._clock_offset = ClockOffset() if self.use_db_time else None
-        return able
+            single = self._single = bool(server.mysql_is_mariadb and server.mysql_version >= (10, 5))
+        return single
 
     def _acquire_in_steps(
         self, conn: BaseDatabaseWrapper, what: str, config: LockConfiguration, digest: str
     ) -> tuple[Any, Any, Any] | LockRecord:
-        """ShedLock's acquire, for servers that cannot return an upsert's row: take an
-        expired row, else insert the row of a new name, else read the holder. Returns
-        ``(locked_at, lock_until, fencing_token)`` when granted, else the holder."""
+        """ShedLock's acquire, for servers without ``RETURNING`` (MySQL, MariaDB before
+        10.5, SQLite before 3.35): take an expired row, else insert the row of a new
+        name, else read the holder. Returns ``(locked_at, lock_until, fencing_token)``
+        when granted, else the holder."""
         name, sql = config.name, self._sql
         now = self._now()
         params = [*self._until(config.lock_at_most_for), *now, self.locked_by, digest, name, *now]
         returning = self._dialect.update_returning
-        count, rows = self._run(conn, what, sql.acquire_update, params, fetch=returning)
+        count, rows = self._run(conn, what, sql.take, params, fetch=returning)
         if count != 1:
             params = [name, *self._until(config.lock_at_most_for), *self._now(), self.locked_by, digest]
             try:
                 count, rows = self._run(
-                    conn, what, sql.acquire_insert, params, fetch=returning, conflict_means_held=True
+                    conn, what, sql.insert, params, fetch=returning, conflict_means_held=True
                 )
             except IntegrityError:
                 count = 0
@@ -422,18 +286,12 @@ class DatabaseLockProvider(LockProvider):
         return self._on_connection(f"unlock {held.name!r}", self._unlock_on, held)
 
     def _unlock_on(self, conn: BaseDatabaseWrapper, what: str, held: SimpleLock) -> bool:
-        at_least, digest = to_epoch_us(held.lock_at_least_until), token_digest(held.token)
-        if self._routines is not None:
-            rows = self._call(conn, what, self._routines.unlock, [held.name, digest, at_least])
-            if rows is not None:
-                return bool(rows[0][0])
-        now = self._now()
+        digest, now = token_digest(held.token), self._now()
         if not held.lock_at_least_for:
             # Nothing to keep: the deadline is "now", a shorter statement to run.
-            params = [*now, held.name, digest, *now]
-            return self._run(conn, what, self._sql.release, params, prepared=True)[0] == 1
-        params = [at_least, *now, held.name, digest, *now]
-        return self._run(conn, what, self._sql.unlock, params, prepared=True)[0] == 1
+            return self._run(conn, what, self._sql.release, [*now, held.name, digest, *now])[0] == 1
+        params = [to_epoch_us(held.lock_at_least_until), *now, held.name, digest, *now]
+        return self._run(conn, what, self._sql.unlock, params)[0] == 1
 
     def _extend(self, held: SimpleLock, config: LockConfiguration) -> SimpleLock | None:
         what = f"extend {held.name!r}"
@@ -444,9 +302,7 @@ class DatabaseLockProvider(LockProvider):
         carried = self._dialect.extend_carries_deadline
 
         def extend(conn: BaseDatabaseWrapper, what: str) -> list[Any] | None:
-            count, rows = self._run(
-                conn, what, self._sql.extend, params, fetch=returning, carried=carried, prepared=True
-            )
+            count, rows = self._run(conn, what, self._sql.extend, params, fetch=returning, carried=carried)
             if count != 1:
                 return None
             if rows:
@@ -480,9 +336,7 @@ class DatabaseLockProvider(LockProvider):
             sql, params = sql + " AND fencing_token = %s", [*params, expected]
         elif isinstance(expected, str):
             sql, params = sql + " AND token = %s", [*params, token_digest(expected)]
-        return self._on_connection(
-            what, lambda conn, what: self._run(conn, what, sql, params, prepared=True)[0] == 1
-        )
+        return self._on_connection(what, lambda conn, what: self._run(conn, what, sql, params)[0] == 1)
 
     # -- asyncio ----------------------------------------------------------------------
     # Django's rule for the ORM and its connections under asyncio: run them through

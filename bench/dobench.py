@@ -1,13 +1,18 @@
 """The Durable Object provider on the local Workers runtime against raw httpx requests.
 
-Both contenders use a client built by the same helper (``providers.http.PooledClient``:
+Sync: both contenders use a client built by the same helper (``providers.http.PooledClient``:
 same headers, timeout and keep-alive pool) over a request-counting wrapper around
 httpx's real transport, and send the same JSON bodies. Requests per operation are
 counted by that wrapper on the client side (the Worker does not count requests).
+
+Async (issue 33): the provider's ``alock`` and release against a raw ``httpx.AsyncClient``
+(httpx's own transport, the provider's headers and pool limits) sending the same two
+requests, in interleaved rounds on one event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import statistics
@@ -93,6 +98,7 @@ def run_client(rounds: int, seconds: float) -> dict[str, Any]:
                 {"tslock": tslock_cycle, "raw-httpx": raw_cycle}, rounds=rounds, seconds=seconds
             )
             requests = count_requests(provider, counted)
+            asynchronous = run_async_client(worker, body, rounds, seconds)
         finally:
             provider.close()
             raw.close()
@@ -106,6 +112,83 @@ def run_client(rounds: int, seconds: float) -> dict[str, Any]:
         "tslock_over": ratios(results, "tslock"),
         "requests_per_operation": requests,
         "counted_by": "client side: a counting httpx transport wrapped around httpx.HTTPTransport",
+        "async": asynchronous,
+    }
+
+
+async def _abatch(cycle: Any, seconds: float) -> float:
+    """:func:`bench.stats.batch` for a coroutine cycle: cycles per second."""
+    count = 0
+    started = time.perf_counter()
+    now = started
+    while now < started + seconds:
+        await cycle()
+        count += 1
+        now = time.perf_counter()
+    return count / (now - started)
+
+
+def run_async_client(worker: Any, body: dict[str, Any], rounds: int, seconds: float) -> dict[str, Any]:
+    """``alock`` + ``aunlock`` on the provider against the same two requests on a raw
+    ``httpx.AsyncClient``, alternating round by round on one loop."""
+    from tslock_django import LockConfiguration
+    from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
+    from tslock_django.providers.http import POOL_LIMITS
+
+    provider = DurableObjectLockProvider("bench-async", url=worker.url, token=worker.token, timeout=10.0)
+    config = LockConfiguration("bench-do-async-tslock", "1m")
+    body = {**body, "name": "bench-do-async-raw"}
+
+    async def tslock_cycle() -> None:
+        held = await provider.alock(config)
+        if held is None or not await held.aunlock():
+            raise RuntimeError("alock: the free lock was not granted or not released")
+
+    async def main() -> dict[str, list[float]]:
+        async with httpx.AsyncClient(
+            base_url=worker.url,
+            headers={
+                "Accept-Encoding": "gzip",
+                "Authorization": f"Bearer {worker.token}",
+                "Accept": "application/json",
+                "User-Agent": "tslock-django",
+            },
+            timeout=10.0,
+            limits=POOL_LIMITS,
+        ) as raw:
+
+            async def raw_cycle() -> None:
+                data = (await raw.post("/v1/acquire", json=body)).json()
+                if not data.get("acquired"):
+                    raise RuntimeError(f"raw async: the free lock was not granted: {data}")
+                unlock = {"name": body["name"], "token": data["record"]["token"]}
+                if not (await raw.post("/v1/unlock", json=unlock)).json()["released"]:
+                    raise RuntimeError("raw async: the lock was not released")
+
+            cycles = {"alock": tslock_cycle, "raw-httpx-async": raw_cycle}
+            for cycle in cycles.values():
+                await _abatch(cycle, 0.2)
+            rates: dict[str, list[float]] = {name: [] for name in cycles}
+            names = list(cycles)
+            for round_ in range(rounds):
+                for name in names[round_ % 2 :] + names[: round_ % 2]:
+                    rates[name].append(await _abatch(cycles[name], seconds))
+            await provider.aclose()
+            return rates
+
+    try:
+        rates = asyncio.run(main())
+    finally:
+        provider.close()
+    results = {
+        name: {**summary(values), "rates": [round(v, 1) for v in values]} for name, values in rates.items()
+    }
+    ms = {name: 1000 / r["median"] for name, r in results.items()}
+    return {
+        "unit": "acquire+release cycles per second (ms_per_cycle: lower is better)",
+        "results": results,
+        "ms_per_cycle": ms,
+        "alock_time_over_raw": ms["alock"] / ms["raw-httpx-async"],
     }
 
 
@@ -367,12 +450,19 @@ def _listing(workers: dict[int, Any], rounds: int) -> dict[str, Any]:
 
 
 def targets(do: dict[str, Any] | None) -> dict[str, Any]:
-    """Issue 10's targets for the index, each with its measured value."""
-
+    """Issue 10's targets for the index and issue 33's async floor, each with its
+    measured value."""
+    found: dict[str, Any] = {}
+    asynchronous = (do or {}).get("async")
+    if asynchronous:
+        # Issue 33: against the raw floor of the same library, measured in the same run.
+        found["durable objects: alock+release time <= 1.1x raw httpx.AsyncClient"] = target(
+            asynchronous["alock_time_over_raw"], 1.1, "<="
+        )
     index = (do or {}).get("index")
     if not index:
-        return {}
-    found = {
+        return found
+    found |= {
         "durable objects: acquire+unlock latency with the index <= 1.1x without": target(
             index["latency_with_over_without"], 1.1, "<="
         ),
@@ -389,10 +479,18 @@ def targets(do: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def render(do: dict[str, Any] | None) -> list[str]:
+    lines: list[str] = []
+    asynchronous = (do or {}).get("async")
+    if asynchronous:
+        ms = asynchronous["ms_per_cycle"]
+        lines.append(
+            f"  alock+release {ms['alock']:.3f} ms, raw httpx.AsyncClient {ms['raw-httpx-async']:.3f} ms "
+            f"per cycle ({asynchronous['alock_time_over_raw']:.2f}x)"
+        )
     index = (do or {}).get("index")
     if not index:
-        return []
-    lines = [
+        return lines
+    lines += [
         "",
         f"Durable Objects index ({index['shards']} shards, report delay {index['report_delay_ms']} ms) "
         "against the same Worker without index reports",

@@ -3,6 +3,7 @@ points to. (The built wheel installed into a fresh project: `make check-install`
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 from pathlib import Path
@@ -55,10 +56,25 @@ def test_the_author_and_urls_hold_no_placeholder() -> None:
 def test_each_extra_names_a_dependency_with_the_same_floor() -> None:
     dependencies = set(meta()["dependencies"])
     extras = meta()["optional-dependencies"]
-    assert extras["cloudflare"] == ["httpx>=0.25", "h11>=0.13", "sniffio>=1.1"]
+    assert extras["cloudflare"] == ["httpx>=0.25"]
     assert extras["environ"] == ["django-environ>=0.11"]
     # Installed by default as well (for now): the extras must not ask for another version.
     assert {*extras["cloudflare"], *extras["environ"]} <= dependencies
+
+
+def test_the_package_reaches_http_only_through_httpx() -> None:
+    # Issue 33: httpcore (and the h11, sniffio and anyio under it) are httpx's own
+    # business, and not dependencies of ours: importing them means driving httpx's
+    # internals (a transport of our own, a network backend swapped in).
+    internals = {"h11", "httpcore", "sniffio", "anyio"}
+    found = set()
+    for path in (ROOT / "tslock_django").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            found |= {f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in internals}
+    assert not found
 
 
 def test_the_files_the_wheel_must_carry_exist_and_node_modules_stay_out() -> None:
@@ -72,8 +88,6 @@ def test_the_floor_run_pins_the_lowest_versions_pyproject_allows() -> None:
     assert matrix.floors(matrix.project()) == {
         "django": "4.2",
         "httpx": "0.25",
-        "h11": "0.13",
-        "sniffio": "1.1",
         "django-environ": "0.11",
         "cronsim": "2.6",
     }

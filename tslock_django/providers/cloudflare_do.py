@@ -27,13 +27,13 @@ from ..core.scrubbing import scrub, secret_forms
 from ..core.steps import SteppedPrimitives, drive
 from ..exceptions import LockProviderError
 from .epoch import epoch_ms_in_range, from_epoch_ms
-from .http import PooledClient, Request, error_for_status, json_body, parse_json
+from .http import Answer, PooledClient, Request, error_for_status, json_body, parse_json
 from .http_async import AsyncPooledClient
 from .store_options import CLOUDFLARE_MAX_KEY_BYTES, DURABLE_OBJECT
 
 T = TypeVar("T")
 #: One operation against the Worker, as steps: the requests it sends, then its result.
-Steps = Generator[Request, httpx.Response, T]
+Steps = Generator[Request, Answer, T]
 
 #: The Worker's limit on ``locked_by`` (code points).
 MAX_LOCKED_BY = 255
@@ -49,8 +49,9 @@ class DurableObjectLockProvider(SteppedPrimitives, LockProvider):
             a log line or an error message.
         key_prefix: prepended to every lock name, so several projects can share one
             Worker. Default ``""``.
-        timeout: seconds one HTTP request may take in all, from sending it to the last
-            byte of the answer. Default ``10.0``.
+        timeout: seconds one HTTP request may take, answer included (the whole
+            exchange on the asyncio edge; sync, each wait for the server and the
+            reading of the answer). Default ``10.0``.
 
     Args:
         transport: an ``httpx.BaseTransport`` to use instead of the network (tests and
@@ -152,7 +153,7 @@ class DurableObjectLockProvider(SteppedPrimitives, LockProvider):
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
         mark_bad_numbers: bool = False,
-    ) -> Generator[Request, httpx.Response, dict[str, Any]]:
+    ) -> Generator[Request, Answer, dict[str, Any]]:
         """:meth:`_call` as steps (see ``core.steps``): the request is built and its
         answer read here, for the sync edge and the asyncio one alike."""
         # What an echo of this request could give away: the Worker's bearer token and the
@@ -169,7 +170,7 @@ class DurableObjectLockProvider(SteppedPrimitives, LockProvider):
             raise self._malformed(what, "the answer is not a JSON object", response.status_code)
         return data
 
-    def _error_detail(self, response: httpx.Response) -> str:
+    def _error_detail(self, response: Answer) -> str:
         try:
             data = parse_json(response)
             detail = str(data.get("error", "")) if isinstance(data, dict) else ""
@@ -324,10 +325,10 @@ class DurableObjectLockProvider(SteppedPrimitives, LockProvider):
     # Each is written once, as steps (see core.steps); SteppedPrimitives sends their
     # requests with the pooled httpx.Client (_send) or an httpx.AsyncClient (_asend).
 
-    def _send(self, request: Request) -> httpx.Response:
+    def _send(self, request: Request) -> Answer:
         return self._pool.send_request(request)
 
-    def _asend(self, request: Request) -> Coroutine[Any, Any, httpx.Response]:
+    def _asend(self, request: Request) -> Coroutine[Any, Any, Answer]:
         # The send's coroutine itself: no frame of its own around it.
         return self._async_pool().send_request(request)
 

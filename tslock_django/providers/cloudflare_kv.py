@@ -57,13 +57,13 @@ from ..core.records import ListedRecord, LockRecord, UnreadableRecord, fingerpri
 from ..core.steps import SteppedPrimitives
 from ..exceptions import InvalidCursor, LockProviderError
 from .epoch import from_epoch_ms, to_epoch_ms
-from .http import Request
+from .http import Answer, Request
 from .kv_rest import LIST_LIMIT_MAX, MISS, KVKey, KVPage, KVRestNamespace, ListingCache
 from .store_options import CLOUDFLARE_MAX_KEY_BYTES, KV, KV_MIN_KEEP_ALIVE_AT_MOST_FOR
 
 T = TypeVar("T")
 #: One operation on the namespace, as steps: the requests it sends, then its result.
-Steps = Generator[Request, httpx.Response, T]
+Steps = Generator[Request, Answer, T]
 
 #: The name this module has always exported for ``to_epoch_ms`` (tests and callers use it).
 epoch_ms = to_epoch_ms
@@ -186,7 +186,8 @@ class KVLockProvider(SteppedPrimitives, LockProvider):
         confirm_write: re-read after writing and report "not acquired" when another
             token is seen (default ``True``; one more request per acquisition).
         base_url: the API root (default ``https://api.cloudflare.com/client/v4``).
-        timeout: seconds one REST request may take in all, answer included (default 10).
+        timeout: seconds one REST request may take, answer included (default 10; see
+            the Durable Object provider's ``timeout``).
         list_request_budget: the most REST requests one :meth:`query` call (one page of
             a listing) may spend, list pages and value reads together (default 10, from
             2 to 1,200). The API token's budget is 1,200 requests per 5 minutes, shared
@@ -349,10 +350,10 @@ class KVLockProvider(SteppedPrimitives, LockProvider):
     # Each is written once, as steps (see core.steps); SteppedPrimitives sends their
     # requests with the namespace's httpx.Client (_send) or an AsyncClient (_asend).
 
-    def _send(self, request: Request) -> httpx.Response:
+    def _send(self, request: Request) -> Answer:
         return self.namespace._pool.send_request(request)
 
-    async def _asend(self, request: Request) -> httpx.Response:
+    async def _asend(self, request: Request) -> Answer:
         return await self.namespace.asend(request)
 
     async def aclose(self) -> None:

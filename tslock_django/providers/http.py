@@ -1,5 +1,5 @@
 """What the HTTP providers share: one pooled httpx client per provider, requests whose
-answers are read within a size limit and an overall deadline, and the rule that every
+answers are streamed within a size limit and a deadline, and the rule that every
 transport failure becomes a ``LockProviderError`` that names the store and the cause but
 never the credentials.
 
@@ -9,7 +9,6 @@ until a Cloudflare provider is configured.
 
 from __future__ import annotations
 
-import ssl
 import threading
 import time
 import zlib
@@ -18,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpcore
 import httpx
 
 from ..core import decode
@@ -45,7 +43,7 @@ class PooledClient:
     so httpx's own error messages (which quote the URL) cannot leak them.
 
     Send requests with :meth:`send`: it bounds the answer's size and the request's
-    whole duration by ``timeout``."""
+    duration by ``timeout``."""
 
     def __init__(
         self,
@@ -56,7 +54,7 @@ class PooledClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         # Only gzip is asked for: it is the one encoding decoded here within the size
-        # limit (see _decoded).
+        # limit (see _Body).
         headers = {"Accept-Encoding": "gzip", **headers}
         self.timeout = timeout
         self._settings = {"base_url": base_url, "headers": headers, "timeout": httpx.Timeout(timeout)}
@@ -77,8 +75,6 @@ class PooledClient:
                         limits=POOL_LIMITS,
                         follow_redirects=False,
                     )
-                    if self._transport is None:
-                        _bound_connections(client)
                     self._client = client
         return client
 
@@ -99,19 +95,21 @@ class PooledClient:
         secrets: Iterable[str] = (),
         max_bytes: int | None = None,
         **kwargs: Any,
-    ) -> httpx.Response:
+    ) -> Answer:
         """Send one request and read its whole answer, within bounds.
 
-        The answer is read as it arrives and refused as soon as it passes ``max_bytes``
-        (default :data:`MAX_BODY_BYTES`), decoded; the request, from waiting for a pooled
-        connection to the answer's last byte, takes at most ``timeout`` seconds. The
-        response returned has been read (``.content`` holds the body) and released, so
-        its connection is back in the pool for the next request.
+        The answer is streamed and refused as soon as it passes ``max_bytes`` (default
+        :data:`MAX_BODY_BYTES`), decoded, or once ``timeout`` seconds have passed since
+        the request began (checked between the pieces of the answer; each connect, write
+        and read waits at most ``timeout``). A server sending its headers a byte at a
+        time can still hold a request longer: httpx has no whole-request timeout
+        (encode/httpx#1450); the asyncio edge has one. The answer's connection is back in
+        the pool when this returns, or closed if the answer was cut short.
 
         Args:
             alias, what: name the provider and the operation in error messages.
             secrets: what no error message may repeat (see :func:`transport_errors`).
-            kwargs: passed to ``httpx.Client.build_request`` (``json``, ``params``, ...).
+            kwargs: passed to ``httpx.Client.stream`` (``json``, ``params``, ...).
 
         Raises:
             LockProviderError: the store could not be reached, did not answer in time,
@@ -119,22 +117,24 @@ class PooledClient:
         """
         limit = MAX_BODY_BYTES if max_bytes is None else max_bytes
         deadline = time.monotonic() + self.timeout
-        with transport_errors(alias, what, secrets, timeout=self.timeout), _until(deadline):
-            client = self.get()
-            response = client.send(client.build_request(method, url, **kwargs), stream=True)
+        # The client's timeout is the whole of what is left: the deadline starts here.
+        # (The block's second part runs inside the first: opening a client can fail.)
+        with (
+            transport_errors(alias, what, secrets, timeout=self.timeout),
+            self.get().stream(method, url, **kwargs) as response,
+        ):
             try:
-                body = _read_within(response, limit, deadline)
+                body = _Body(response, limit, deadline)
+                if body.streamed:
+                    for chunk in response.iter_raw():
+                        body.feed(chunk)
+                return body.answer()
             except _Refused as err:
+                # Leaving the block closes the connection: draining a hostile answer
+                # would defeat the bounds.
                 raise refused(alias, what, response, err) from None
-            finally:
-                # Read to its end, the connection goes back to the pool; cut short, it
-                # is closed (draining a hostile answer would defeat the bounds).
-                response.close()
-        # What httpx's own read() would have stored: .content, .json() and .text work.
-        response._content = body
-        return response
 
-    def send_request(self, request: Request) -> httpx.Response:
+    def send_request(self, request: Request) -> Answer:
         """:meth:`send` for a :class:`Request` (the sync edge of a provider's steps)."""
         return self.send(
             request.alias,
@@ -161,111 +161,26 @@ class Request:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """An answer read to its end within bounds: what a provider's steps receive.
+
+    ``content`` is the body, gzip undone; ``headers`` are as the server sent them."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+
+    @property
+    def is_success(self) -> bool:
+        """A 2xx status."""
+        return 200 <= self.status_code < 300
+
+
 def refused(alias: str, what: str, response: httpx.Response, err: Exception) -> LockProviderError:
     """The error for an answer the provider would not read to its end."""
     status = response.status_code
     return LockProviderError(f"{what}: HTTP {status}: {err}", alias=alias, status_code=status)
-
-
-# -- the deadline: every socket operation of a request waits at most until it ----------------
-
-#: The deadline of the request this thread is sending (sync httpx does its I/O in the
-#: calling thread), or absent.
-_deadline = threading.local()
-
-
-@contextmanager
-def _until(deadline: float) -> Iterator[None]:
-    _deadline.at = deadline
-    try:
-        yield
-    finally:
-        _deadline.at = None
-
-
-def _remaining(timeout: float | None, expired: type[Exception]) -> float | None:
-    """``timeout`` cut to what is left of this thread's deadline; ``expired`` raised
-    when nothing is left."""
-    deadline: float | None = getattr(_deadline, "at", None)
-    if deadline is None:
-        return timeout
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise expired("the request's deadline has passed")
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    """A connection whose every read and write waits at most until the deadline of the
-    request using it. httpx applies its read timeout to each read, so without this a
-    server sending a byte a second (headers or body) would hold a request for ever."""
-
-    def __init__(self, stream: httpcore.NetworkStream) -> None:
-        self._stream = stream
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, _remaining(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, _remaining(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(
-        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
-    ) -> httpcore.NetworkStream:
-        timeout = _remaining(timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's network backend with :class:`_DeadlineStream` connections."""
-
-    def __init__(self, backend: httpcore.NetworkBackend) -> None:
-        self._backend = backend
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        stream = self._backend.connect_tcp(
-            host, port, _remaining(timeout, httpcore.ConnectTimeout), local_address, socket_options
-        )
-        return _DeadlineStream(stream)
-
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.NetworkStream:
-        stream = self._backend.connect_unix_socket(
-            path, _remaining(timeout, httpcore.ConnectTimeout), socket_options
-        )
-        return _DeadlineStream(stream)
-
-    def sleep(self, seconds: float) -> None:
-        self._backend.sleep(seconds)
-
-
-def _bound_connections(client: httpx.Client) -> None:
-    """Give the connections of ``client``'s own transports (direct, and those of the
-    proxies httpx took from the environment) the request's deadline.
-
-    httpx has no option for httpcore's network backend, so it is set on the connection
-    pools httpx built. Should a later httpx build them differently, nothing is changed
-    and the deadline is still checked between the pieces of each answer (_read_within)."""
-    mounts: dict[Any, Any] = getattr(client, "_mounts", {})
-    for transport in (getattr(client, "_transport", None), *mounts.values()):
-        pool = getattr(transport, "_pool", None)
-        backend = getattr(pool, "_network_backend", None)
-        if isinstance(backend, httpcore.NetworkBackend) and not isinstance(backend, _DeadlineBackend):
-            pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
 
 
 # -- reading an answer within bounds --------------------------------------------------------
@@ -291,12 +206,15 @@ def _in_memory(response: httpx.Response) -> bytes | None:
 
 class _Body:
     """An answer's body collected as it arrives, the one set of rules for the sync and
-    the asyncio send: gzip undone in pieces of at most PIECE_BYTES (httpx would decode
-    each network read whole, and 64 KiB of gzip can hold 64 MiB), refused past
-    ``max_bytes``, cut off at ``deadline`` (a ``ReadTimeout``: the transport may not
-    bound its own reads). Feed it the raw chunks, then call :meth:`finish`."""
+    the asyncio send: gzip undone in pieces of at most PIECE_BYTES (httpx decodes each
+    network read whole, and 64 KiB of gzip can hold 64 MiB, so the raw stream is read),
+    refused past ``max_bytes``, cut off at ``deadline`` (a ``ReadTimeout``: httpx bounds
+    each read, not the whole answer).
 
-    def __init__(self, response: httpx.Response, max_bytes: int, deadline: float, *, decoded: bool) -> None:
+    An answer a transport gave from memory is taken whole here (``streamed`` is then
+    false); feed a streamed one its raw chunks, then take :meth:`answer`."""
+
+    def __init__(self, response: httpx.Response, max_bytes: int, deadline: float) -> None:
         self.response, self.max_bytes, self.deadline = response, max_bytes, deadline
         self.pieces: list[bytes] = []
         self.size = 0
@@ -305,7 +223,10 @@ class _Body:
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and "Content-Encoding" not in response.headers and int(declared) > max_bytes:
             raise _Refused(_too_large(max_bytes))
-        if decoded:
+        content = _in_memory(response)
+        self.streamed = content is None
+        if content is not None:
+            self.feed(content)
             return
         encoding = response.headers.get("Content-Encoding", "").strip().lower()
         if encoding in ("gzip", "x-gzip"):
@@ -317,6 +238,9 @@ class _Body:
             )
 
     def feed(self, chunk: bytes) -> None:
+        """Take the next raw chunk of the answer."""
+        if time.monotonic() > self.deadline:
+            raise httpx.ReadTimeout("the request's deadline has passed", request=self.response.request)
         inflater = self.inflater
         if inflater is None:
             for start in range(0, len(chunk), PIECE_BYTES):
@@ -342,10 +266,9 @@ class _Body:
         if self.size > self.max_bytes:
             raise _Refused(_too_large(self.max_bytes))
         self.pieces.append(piece)
-        if time.monotonic() > self.deadline:
-            raise httpx.ReadTimeout("the request's deadline has passed", request=self.response.request)
 
-    def finish(self) -> bytes:
+    def answer(self) -> Answer:
+        """The answer, once the whole stream was fed."""
         inflater = self.inflater
         if inflater is not None:
             try:
@@ -356,16 +279,8 @@ class _Body:
                 raise _Refused("the answer's gzip data ends early")
             if rest:
                 self._add(rest)
-        return b"".join(self.pieces)
-
-
-def _read_within(response: httpx.Response, max_bytes: int, deadline: float) -> bytes:
-    """The whole body of ``response`` within bounds (see :class:`_Body`)."""
-    content = _in_memory(response)
-    body = _Body(response, max_bytes, deadline, decoded=content is not None)
-    for chunk in [content] if content is not None else response.iter_raw():
-        body.feed(chunk)
-    return body.finish()
+        response = self.response
+        return Answer(response.status_code, response.headers, b"".join(self.pieces))
 
 
 def _too_large(max_bytes: int) -> str:
@@ -429,7 +344,7 @@ def _safe(err: Exception, secrets: Iterable[str]) -> str:
 
 
 def error_for_status(
-    alias: str, what: str, response: httpx.Response, detail: str = "", secrets: Iterable[str] = ()
+    alias: str, what: str, response: Answer, detail: str = "", secrets: Iterable[str] = ()
 ) -> LockProviderError:
     """The ``LockProviderError`` (``LockRateLimited`` for 429) for an unexpected answer.
 
@@ -451,7 +366,7 @@ def error_for_status(
     return cls("; ".join(parts), alias=alias, status_code=response.status_code)
 
 
-def parse_json(response: httpx.Response, *, mark_bad_numbers: bool = False) -> Any:
+def parse_json(response: Answer, *, mark_bad_numbers: bool = False) -> Any:
     """The JSON value of an answer's body, through the bounded decoder.
 
     Args:
@@ -470,7 +385,7 @@ def parse_json(response: httpx.Response, *, mark_bad_numbers: bool = False) -> A
     )
 
 
-def json_body(alias: str, what: str, response: httpx.Response, *, mark_bad_numbers: bool = False) -> Any:
+def json_body(alias: str, what: str, response: Answer, *, mark_bad_numbers: bool = False) -> Any:
     """The parsed JSON body, or ``LockProviderError`` if it is not JSON the provider
     can read (see :func:`parse_json`)."""
     try:

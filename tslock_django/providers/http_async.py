@@ -1,8 +1,10 @@
 """The asyncio edge of the HTTP providers: ``AsyncPooledClient`` sends the same
 :class:`~tslock_django.providers.http.Request` as ``PooledClient`` does, on an
-``httpx.AsyncClient``, with the same bounds (answer size, whole-request deadline, gzip
-undone in pieces: :class:`~tslock_django.providers.http._Body`) and the same errors
-(:func:`~tslock_django.providers.http.transport_errors`). Only the send differs.
+``httpx.AsyncClient`` with httpx's own transport, with the same bounds (answer size,
+gzip undone in pieces: :class:`~tslock_django.providers.http._Body`) and the same errors
+(:func:`~tslock_django.providers.http.transport_errors`). Here the provider's ``timeout``
+bounds the whole exchange, from waiting for a connection to the answer's last byte:
+asyncio can end an await at a deadline, where sync code can only bound each read.
 
 A client belongs to the event loop that opened it: on another loop (each
 ``asyncio.run``) a new one is opened. ``aclose()`` closes it; otherwise it is closed
@@ -22,6 +24,7 @@ import httpx
 from ..core.aio import on_loop_shutdown
 from .http import (
     MAX_BODY_BYTES,
+    Answer,
     PooledClient,
     Request,
     _Body,
@@ -30,26 +33,30 @@ from .http import (
     refused,
     transport_errors,
 )
-from .http_streams import StreamTransport
 
-#: The most connections a provider opens on one event loop, as the sync client does.
-MAX_CONNECTIONS = 100
+#: Connections per client, and clients per event loop at most (104 connections, about the
+#: sync client's 100). httpcore's pool matches every waiting request against every
+#: connection each time one starts or ends, work that grows with the square of the
+#: requests in flight: with 64 holders at once on the local Worker, Python's CPU per
+#: round was 1.1 s on one client of 100 connections, 0.17 s on clients of 8 (2026-12-04).
+CLIENT_CONNECTIONS = 8
+CLIENTS = 13
+_LIMITS = httpx.Limits(max_connections=CLIENT_CONNECTIONS, max_keepalive_connections=CLIENT_CONNECTIONS)
 
 
 class AsyncPooledClient:
-    """The ``httpx.AsyncClient`` of a provider on the running event loop, opened on
-    first use.
+    """The ``httpx.AsyncClient`` instances of a provider on the running event loop, each
+    of :data:`CLIENT_CONNECTIONS` connections, opened as requests need them.
 
-    Direct connections go through :class:`~tslock_django.providers.http_streams.StreamTransport`
-    (HTTP/1.1 on asyncio streams), requests through a proxy taken from the environment
-    through httpx's own transports, and a transport given to the provider (an
-    in-process fake) is used as it is.
+    A request goes to the first client with a free connection, so one caller at a time
+    keeps to one connection, and many at once spread over several small pools.
 
     Args:
         pooled: the provider's sync client, whose settings (base URL, headers,
             timeout, ``verify``) and transport this one uses. A sync
-            ``httpx.BaseTransport`` is called from the loop; an
-            ``httpx.AsyncBaseTransport`` is used as is.
+            ``httpx.BaseTransport`` (an in-process fake) is called from the loop; an
+            ``httpx.AsyncBaseTransport`` is used as is; without one, httpx's own
+            (which also honours the proxies named in the environment).
     """
 
     def __init__(self, pooled: PooledClient) -> None:
@@ -62,44 +69,51 @@ class AsyncPooledClient:
         else:
             self._transport = _SyncTransport(transport)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
+        self._busy: list[int] = []  # requests in flight, per client
         self._watcher: AsyncGenerator[None, None] | None = None
 
-    async def get(self) -> httpx.AsyncClient:
-        """The client of the running loop, opened if there is none."""
-        return self._current() or await self._open()
+    async def _pick(self) -> int:
+        """The index of the client the next request goes to, on the running loop."""
+        if self._loop is not asyncio.get_running_loop():
+            await self._open()
+        busy = self._busy
+        for index, count in enumerate(busy):
+            if count < CLIENT_CONNECTIONS:
+                return index
+        if len(busy) < CLIENTS:
+            self._clients.append(self._new_client())
+            busy.append(0)
+            return len(busy) - 1
+        return busy.index(min(busy))
 
-    def _current(self) -> httpx.AsyncClient | None:
-        # A plain call, so that a request finds its client without a coroutine of its own.
-        return self._client if self._loop is asyncio.get_running_loop() else None
-
-    async def _open(self) -> httpx.AsyncClient:
-        # A client of another loop cannot be used on this one (that loop's shutdown
-        # closes it).
-        loop = asyncio.get_running_loop()
-        client = httpx.AsyncClient(
-            **self._settings,
-            transport=self._transport,
-            limits=httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS),
-            follow_redirects=False,
+    def _new_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            **self._settings, transport=self._transport, limits=_LIMITS, follow_redirects=False
         )
-        if self._transport is None:
-            _direct_on_streams(client, self._settings.get("verify", True))
-        # Set before the next await, so that concurrent first calls share the client.
-        self._loop, self._client = loop, client
-        self._watcher = await on_loop_shutdown(client.aclose)
-        return client
+
+    async def _open(self) -> None:
+        # Clients of another loop cannot be used on this one (that loop's shutdown closes
+        # them). Set before the next await, so that concurrent first calls share them.
+        clients: list[httpx.AsyncClient] = []
+        self._loop, self._clients, self._busy = asyncio.get_running_loop(), clients, []
+
+        async def close() -> None:
+            for client in clients:
+                await client.aclose()
+
+        self._watcher = await on_loop_shutdown(close)
 
     async def aclose(self) -> None:
-        """Close the client of the running loop (one of another loop closes with it)."""
+        """Close the clients of the running loop (those of another loop close with it)."""
         watcher, loop = self._watcher, self._loop
         self.forget()
         if watcher is not None and loop is asyncio.get_running_loop():
-            await watcher.aclose()  # runs the client's aclose now
+            await watcher.aclose()  # runs their aclose now
 
     def forget(self) -> None:
-        """Stop using the current client (its loop's shutdown closes it)."""
-        self._loop, self._client, self._watcher = None, None, None
+        """Stop using the current clients (their loop's shutdown closes them)."""
+        self._loop, self._clients, self._busy, self._watcher = None, [], [], None
 
     async def send(
         self,
@@ -111,14 +125,18 @@ class AsyncPooledClient:
         secrets: Iterable[str] = (),
         max_bytes: int | None = None,
         **kwargs: Any,
-    ) -> httpx.Response:
+    ) -> Answer:
         """:meth:`PooledClient.send <tslock_django.providers.http.PooledClient.send>`
-        for asyncio code: the same bounds, the same errors."""
+        for asyncio code: the same bounds, the same errors, and ``timeout`` bounds the
+        whole exchange."""
         limit = MAX_BODY_BYTES if max_bytes is None else max_bytes
+        # The client's own timeouts are the whole of what is left: the deadline starts here.
         deadline = time.monotonic() + self.timeout
         with transport_errors(alias, what, secrets, timeout=self.timeout):
-            client = self._current() or await self._open()
-            exchange = self._exchange(client, alias, what, method, url, limit, deadline, kwargs)
+            index = await self._pick()
+            client, busy = self._clients[index], self._busy
+            busy[index] += 1
+            exchange = _exchange(client, alias, what, method, url, limit, deadline, kwargs)
             try:
                 if sys.version_info >= (3, 11):
                     async with asyncio.timeout(self.timeout):
@@ -126,8 +144,10 @@ class AsyncPooledClient:
                 return await asyncio.wait_for(exchange, self.timeout)  # pragma: no cover - 3.10
             except (TimeoutError, asyncio.TimeoutError):  # two classes before Python 3.11
                 raise httpx.TimeoutException("the request's deadline has passed") from None
+            finally:
+                busy[index] -= 1  # this loop's list, even if the clients were forgotten meanwhile
 
-    def send_request(self, request: Request) -> Coroutine[Any, Any, httpx.Response]:
+    def send_request(self, request: Request) -> Coroutine[Any, Any, Answer]:
         """:meth:`send` for a :class:`Request` (the asyncio edge of a provider's steps):
         its coroutine, with no frame of this method's around it."""
         return self.send(
@@ -140,49 +160,28 @@ class AsyncPooledClient:
             **request.options,
         )
 
-    @staticmethod
-    async def _exchange(
-        client: httpx.AsyncClient,
-        alias: str,
-        what: str,
-        method: str,
-        url: str,
-        limit: int,
-        deadline: float,
-        kwargs: dict[str, Any],
-    ) -> httpx.Response:
-        response = await client.send(client.build_request(method, url, **kwargs), stream=True)
+
+async def _exchange(
+    client: httpx.AsyncClient,
+    alias: str,
+    what: str,
+    method: str,
+    url: str,
+    limit: int,
+    deadline: float,
+    kwargs: dict[str, Any],
+) -> Answer:
+    # Read to its end, the answer's connection goes back to the pool when the block
+    # ends; cut short (refused, timed out, cancelled), it is closed.
+    async with client.stream(method, url, **kwargs) as response:
         try:
-            content = _in_memory(response)
-            body = _Body(response, limit, deadline, decoded=content is not None)
-            if content is not None:
-                body.feed(content)
-            else:
+            body = _Body(response, limit, deadline)
+            if body.streamed:
                 async for chunk in response.aiter_raw():
                     body.feed(chunk)
-            data = body.finish()
+            return body.answer()
         except _Refused as err:
             raise refused(alias, what, response, err) from None
-        finally:
-            # Read to its end, the connection goes back to the pool; cut short, closed.
-            await response.aclose()
-        response._content = data
-        return response
-
-
-def _direct_on_streams(client: httpx.AsyncClient, verify: Any) -> None:
-    """Have ``client`` send what goes to the store directly through a
-    :class:`~tslock_django.providers.http_streams.StreamTransport`.
-
-    httpx reads proxies from the environment only for a client built without a
-    transport of the caller's, and then routes each URL through its proxy's transport or
-    its default one. So the client is built as httpx builds it, and only the default
-    transport (direct connections, ``no_proxy`` included) is replaced. Should a later
-    httpx keep it elsewhere, the client is left as httpx built it: slower, not wrong."""
-    default = getattr(client, "_transport", None)
-    if isinstance(default, httpx.AsyncHTTPTransport):
-        # The default transport never opened a connection: there is nothing to close.
-        client._transport = StreamTransport(verify=verify, max_connections=MAX_CONNECTIONS)
 
 
 class _SyncTransport(httpx.AsyncBaseTransport):

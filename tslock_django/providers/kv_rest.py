@@ -36,7 +36,7 @@ from ..core.clock import ClockProvider
 from ..core.decode import Unreadable
 from ..core.steps import drive
 from ..exceptions import LockProviderError
-from .http import PooledClient, Request, error_for_status, json_body, parse_json
+from .http import Answer, PooledClient, Request, error_for_status, json_body, parse_json
 from .http_async import AsyncPooledClient
 from .store_options import KV_DEFAULT_BASE_URL
 
@@ -95,7 +95,7 @@ class CloudflareError:
         return f"Cloudflare error {self.code}: {self.message}" if self.code else self.message
 
 
-def cloudflare_error(response: httpx.Response) -> CloudflareError:
+def cloudflare_error(response: Answer) -> CloudflareError:
     """Read ``{"success": false, "errors": [{"code", "message"}]}``; tolerant of bodies
     that are not that envelope (a proxy's HTML page, an empty body)."""
     try:
@@ -128,8 +128,8 @@ class KVRestNamespace:
         namespace_id: the KV namespace id.
         api_token: an API token with "Workers KV Storage: Edit" on the account.
         base_url: the API root (default :data:`DEFAULT_BASE_URL`).
-        timeout: seconds one request may take in all, from connecting to the last byte
-            of the answer.
+        timeout: seconds one request may take, answer included (see
+            :meth:`~tslock_django.providers.http.PooledClient.send`).
         alias: the provider alias, used in error messages.
         transport: an ``httpx.BaseTransport`` to use instead of the network (tests).
     """
@@ -179,7 +179,7 @@ class KVRestNamespace:
             await self._apool.aclose()
         self.close()
 
-    async def asend(self, request: Request) -> httpx.Response:
+    async def asend(self, request: Request) -> Answer:
         """Send one request of the steps below with an ``httpx.AsyncClient``."""
         if self._apool is None:
             self._apool = AsyncPooledClient(self._pool)
@@ -218,7 +218,7 @@ class KVRestNamespace:
     # above and below send them with the pooled httpx.Client; the provider's async
     # primitives send them with an httpx.AsyncClient.
 
-    def get_bytes_steps(self, key: str) -> Generator[Request, httpx.Response, bytes | None]:
+    def get_bytes_steps(self, key: str) -> Generator[Request, Answer, bytes | None]:
         """:meth:`get_bytes` as steps."""
         what = f"read key {key!r}"
         response = yield Request(
@@ -262,7 +262,7 @@ class KVRestNamespace:
         expiration_ttl: int | None = None,
         metadata: Any = None,
         secrets: tuple[str, ...] = (),
-    ) -> Generator[Request, httpx.Response, None]:
+    ) -> Generator[Request, Answer, None]:
         """:meth:`put` as steps."""
         what = f"write key {key!r}"
         files: dict[str, tuple[None, bytes]] = {"value": (None, value.encode("utf-8"))}
@@ -286,7 +286,7 @@ class KVRestNamespace:
         """
         drive(self.delete_steps(key), self._pool.send_request)
 
-    def delete_steps(self, key: str) -> Generator[Request, httpx.Response, None]:
+    def delete_steps(self, key: str) -> Generator[Request, Answer, None]:
         """:meth:`delete` as steps."""
         what = f"delete key {key!r}"
         response = yield Request(self.alias, what, "DELETE", self._value_path(key), self._secrets)
@@ -337,9 +337,7 @@ class KVRestNamespace:
 
     # -- answers ---------------------------------------------------------------------
 
-    def _expect_success(
-        self, what: str, response: httpx.Response, secrets: tuple[str, ...] = ()
-    ) -> dict[str, Any]:
+    def _expect_success(self, what: str, response: Answer, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
         if response.status_code != 200:
             raise self._error(what, response, secrets)
         body = json_body(self.alias, what, response)
@@ -347,7 +345,7 @@ class KVRestNamespace:
             raise self._malformed(what, response, "an answer without success: true")
         return body
 
-    def _error(self, what: str, response: httpx.Response, secrets: tuple[str, ...] = ()) -> LockProviderError:
+    def _error(self, what: str, response: Answer, secrets: tuple[str, ...] = ()) -> LockProviderError:
         error = cloudflare_error(response)
         detail = error.describe()
         if error.code == NAMESPACE_NOT_FOUND:
@@ -355,7 +353,7 @@ class KVRestNamespace:
         # The message of a server that echoes the request holds the Authorization header.
         return error_for_status(self.alias, what, response, detail, self._secrets + secrets)
 
-    def _malformed(self, what: str, response: httpx.Response, problem: str) -> LockProviderError:
+    def _malformed(self, what: str, response: Answer, problem: str) -> LockProviderError:
         return LockProviderError(
             f"{what}: HTTP {response.status_code} with {problem} (not the Cloudflare API envelope)",
             alias=self.alias,

@@ -1,7 +1,7 @@
-"""The asyncio edge's own HTTP/1.1 transport (``providers/http_streams.py``), against real
-TCP servers on 127.0.0.1 writing raw HTTP: connections are kept alive and reused while
-they can serve a request, never after they failed, were cut short or cancelled, and a
-failure is a store failure, never "held"."""
+"""The asyncio edge's connections (``httpx.AsyncClient``, httpx's own transport), against
+real TCP servers on 127.0.0.1 writing raw HTTP: kept alive and reused while they can
+serve a request, never after they failed, were cut short or cancelled, and a failure is
+a store failure, never "held"."""
 
 from __future__ import annotations
 
@@ -9,18 +9,14 @@ import asyncio
 import json
 import socket
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import httpx
 import pytest
 
 from tests.test_bounded_answers import Server, do_provider, keep_alive_answer, serve
 from tslock_django.exceptions import LockProviderError
-from tslock_django.providers import http_streams
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
-from tslock_django.providers.http_streams import StreamTransport
 
 pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
 
@@ -69,12 +65,6 @@ def force_unlocks(
     return on_provider(url, main)
 
 
-def test_one_caller_sends_every_request_on_one_connection() -> None:
-    with serve(released) as server:
-        assert force_unlocks(server.url, 5) == [True] * 5
-    assert (server.requests, server.connections) == (5, 1)
-
-
 def test_a_connection_the_server_closed_while_idle_is_replaced_not_used() -> None:
     closed = threading.Event()
 
@@ -102,13 +92,6 @@ def test_an_answer_that_asks_to_close_is_not_kept() -> None:
     assert (server.requests, server.connections) == (3, 3)
 
 
-def test_a_connection_idle_past_the_keep_alive_expiry_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_streams, "KEEPALIVE_EXPIRY", 0.1)
-    with serve(released) as server:
-        assert force_unlocks(server.url, 3, pause=0.3) == [True] * 3
-    assert (server.requests, server.connections) == (3, 3)
-
-
 def test_a_chunked_answer_is_read_to_its_end_and_its_connection_kept() -> None:
     def chunked(conn: socket.socket, server: Server) -> None:
         half = len(RELEASED) // 2
@@ -124,22 +107,6 @@ def test_a_chunked_answer_is_read_to_its_end_and_its_connection_kept() -> None:
     with serve(chunked) as server:
         assert force_unlocks(server.url, 3) == [True] * 3
     assert (server.requests, server.connections) == (3, 1)
-
-
-def test_no_more_connections_than_the_bound_are_open_and_the_rest_wait() -> None:
-    def slow(conn: socket.socket, server: Server) -> None:
-        time.sleep(0.1)
-        released(conn, server)
-
-    async def burst(url: str) -> list[int]:
-        transport = StreamTransport(max_connections=3)
-        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
-            answers = await asyncio.gather(*(client.post("/v1/force-release", json={}) for _ in range(9)))
-        return [answer.status_code for answer in answers]
-
-    with serve(slow) as server:
-        assert asyncio.run(burst(server.url)) == [200] * 9
-    assert (server.requests, server.connections) == (9, 3)
 
 
 def test_a_cancelled_request_closes_its_connection_and_the_next_request_opens_another() -> None:
@@ -209,62 +176,3 @@ def test_nothing_listening_is_a_connect_error() -> None:
             await provider.aforce_unlock("job", expected=None)
 
     on_provider(f"http://127.0.0.1:{port}", main)
-
-
-def test_bytes_past_an_answers_end_are_never_read_as_the_next_answer() -> None:
-    def no_content_with_a_body(conn: socket.socket, server: Server) -> None:
-        if server.requests == 1:
-            # A 204 has no body by definition: what follows it is not part of it.
-            conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nfake")
-        else:
-            released(conn, server)
-
-    async def two(url: str) -> list[bytes]:
-        async with httpx.AsyncClient(base_url=url, transport=StreamTransport()) as client:
-            return [(await client.post("/v1/force-release", json={})).content for _ in range(2)]
-
-    with serve(no_content_with_a_body) as server:
-        assert asyncio.run(two(server.url)) == [b"", RELEASED]
-    assert server.connections == 2
-
-
-def test_connections_a_burst_left_idle_are_closed_once_expired(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_streams, "KEEPALIVE_EXPIRY", 0.5)
-
-    def slow(conn: socket.socket, server: Server) -> None:
-        time.sleep(0.1)
-        released(conn, server)
-
-    async def burst_then_one_at_a_time(url: str) -> list[int]:
-        transport = StreamTransport()
-
-        def idle() -> int:
-            return sum(len(kept) for kept in transport._idle.values())
-
-        async with httpx.AsyncClient(base_url=url, transport=transport) as client:
-            await asyncio.gather(*(client.post("/v1/force-release", json={}) for _ in range(3)))
-            after_burst = idle()
-            # One caller at a time keeps reusing the last connection given back, so the
-            # burst's other two are never taken again: they must still be closed.
-            started = time.monotonic()
-            while time.monotonic() - started < 1.2:
-                await client.post("/v1/force-release", json={})
-            return [after_burst, idle()]
-
-    with serve(slow) as server:
-        assert asyncio.run(burst_then_one_at_a_time(server.url)) == [3, 1]
-
-
-def test_a_switch_of_protocols_ends_the_exchange_instead_of_waiting_forever() -> None:
-    def switching(conn: socket.socket, server: Server) -> None:
-        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: other\r\nConnection: upgrade\r\n\r\n")
-
-    async def upgrade(url: str) -> None:
-        async with httpx.AsyncClient(base_url=url, transport=StreamTransport()) as client:
-            with pytest.raises(httpx.RemoteProtocolError, match="no answer"):
-                await asyncio.wait_for(
-                    client.get("/", headers={"Upgrade": "other", "Connection": "upgrade"}), 10
-                )
-
-    with serve(switching) as server:
-        asyncio.run(upgrade(server.url))

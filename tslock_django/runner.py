@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,10 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 #: A program that cannot be started (the shells' "command not found").
 EXIT_CANNOT_START = 127
+
+#: Seconds what the program started may take to finish handling a signal passed on to
+#: the group, once the program itself has ended, before the group is killed.
+LEFTOVER_GRACE = 2.0
 
 #: The program's first process, run by path (see :mod:`tslock_django.launcher`).
 LAUNCHER = str(Path(__file__).with_name("launcher.py"))
@@ -88,6 +93,7 @@ class Child:
         self.pending: list[int] = []
         self._previous: dict[int, Any] = {}
         self._group_ended = False
+        self._forwarded = False
 
     def __enter__(self) -> Child:
         for number in FORWARDED:
@@ -141,6 +147,7 @@ class Child:
             returncode = self.process.wait()
         finally:
             os.close(status_read)
+            self._let_the_group_finish()
             self._end_group()
             os.close(watch_write)
         if report:
@@ -160,8 +167,19 @@ class Child:
         :meth:`_end_group`."""
         if self.process is None or self._group_ended:
             return
+        self._forwarded = True
         with contextlib.suppress(ProcessLookupError, PermissionError):  # nobody left in it
             os.killpg(self.process.pid, number)
+
+    def _let_the_group_finish(self) -> None:
+        """After a signal was passed on, what the program started got it too: give it up
+        to :data:`LEFTOVER_GRACE` to finish handling it once the program has ended (on
+        Linux, until only the watchdog is left in the group) before the group is killed."""
+        if not self._forwarded or self.process is None:
+            return
+        ends = time.monotonic() + LEFTOVER_GRACE
+        while time.monotonic() < ends and group_size(self.process.pid) > 1:
+            time.sleep(0.02)
 
     def _end_group(self) -> None:
         """Kill what is left of the program's group (the watchdog included), then reap
@@ -174,6 +192,29 @@ class Child:
             os.killpg(process.pid, signal.SIGKILL)
         if process.returncode is None:
             process.wait()
+
+
+def group_size(group: int) -> int:
+    """How many processes are in process group ``group`` (Linux: read from ``/proc``);
+    elsewhere, where it cannot be read cheaply, a number that says "some"."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 2
+    members = 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = stat.rpartition(b")")[2].split()
+        if len(fields) > 2 and fields[2] == str(group).encode():
+            members += 1
+    return members
 
 
 def _read_to_end(fd: int) -> bytes:

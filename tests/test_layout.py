@@ -246,3 +246,67 @@ def test_nothing_but_tests_imports_the_shipped_test_support() -> None:
             if named:
                 importers[module] = named
     assert importers == {}
+
+
+#: Underscore names of other packages that the package uses, each public in its own way.
+FOREIGN_UNDERSCORE_ALLOWED = {
+    # The documented way for a forked child to leave without running the parent's exit code.
+    ("tslock_django/launcher.py", "_exit"),
+    # A named tuple's documented method (urllib.parse's SplitResult).
+    ("tslock_django/conf.py", "_replace"),
+    # Django's RedisCache offers its redis-py client only through this attribute; the
+    # provider builds a pool of its own like the cache's from it (django-redis: public).
+    ("tslock_django/providers/redis/provider.py", "_cache"),
+}
+
+
+def own_underscore_names() -> set[str]:
+    """Every ``_name`` the package defines: functions, classes, attributes it assigns
+    (``self._x = ...``, class bodies) and names it binds."""
+    names: set[str] = set()
+    for path in sources("tslock_django", ".py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.alias):
+                names.add(node.asname or node.name.rpartition(".")[2])
+    return {name for name in names if name.startswith("_")}
+
+
+def test_the_package_touches_no_other_packages_underscore_attributes() -> None:
+    """Public APIs only: ``x._name`` is read or written only where ``_name`` is one of the
+    package's own (on ``self``, ``cls`` or another object of ours), or in the short list
+    above with its reason. A private attribute of httpx, redis-py, Django or asyncio
+    changes without notice."""
+    own = own_underscore_names()
+    foreign = []
+    for path in sources("tslock_django", ".py"):
+        relative = path.relative_to(ROOT).as_posix()
+        if "/migrations/" in relative:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+                continue
+            if node.attr.startswith("__") and node.attr.endswith("__"):
+                continue
+            if node.attr in own or (relative, node.attr) in FOREIGN_UNDERSCORE_ALLOWED:
+                continue
+            foreign.append(f"{relative}:{node.lineno}: {ast.unparse(node)}")
+    assert foreign == []
+
+
+def test_h11_and_sniffio_are_not_dependencies_of_ours() -> None:
+    """httpx brings what its transports need; the package names neither (they were the
+    home-made HTTP transport's)."""
+    from tools.matrix import project as read_pyproject  # a TOML reader on Python 3.10 too
+
+    project = read_pyproject()["project"]
+    extras = project["optional-dependencies"].values()
+    named = [*project["dependencies"], *(d for extra in extras for d in extra)]
+    assert [d for d in named if re.match(r"(h11|sniffio)\b", d)] == []

@@ -30,7 +30,7 @@ from ..core.times import format_time
 from . import outcomes
 from .models import Job, Run, journal_name
 from .recorder import from_db, to_db
-from .schedules import Schedule, configured_schedules, parse_schedule
+from .schedules import Schedule, configured_schedules, stored_schedule
 
 #: The statuses that make ``tslock overdue`` exit 1.
 ALERTING = ("late", "failing")
@@ -71,6 +71,7 @@ class JobStatus:
             "status": self.status,
             "reason": self.reason,
             "schedule": self.schedule.text if self.schedule else None,
+            "tz": self.schedule.tz if self.schedule else None,
             "last_outcome": self.last_outcome or None,
             "last_started_at": iso(self.last_started_at),
             "last_success_at": iso(self.last_success_at),
@@ -92,7 +93,7 @@ def job_schedule(job: Job | None, configured: Schedule | None) -> Schedule | Non
         return None
     grace = timedelta(seconds=job.grace) if job.grace is not None else None
     try:
-        return parse_schedule(job.schedule, grace)
+        return stored_schedule(job.schedule, grace)
     except ValueError:  # a schedule an older release accepted; not this reader's to fail on
         return None
 

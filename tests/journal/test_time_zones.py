@@ -160,6 +160,13 @@ def test_tz_needs_a_cron_schedule() -> None:
         locked_task("5m", schedule="1h", tz=BERLIN)
 
 
+def test_a_schedule_with_its_zone_must_fit_the_journals_column() -> None:
+    often = "0,5,10,15,20,25,30,35,40,45,50,55 0,2,4,6,8,10,12,14,16,18,20,22 * * *"
+    with pytest.raises(ValueError, match=r"is 1\d\d characters with its zone; the journal keeps at most 100"):
+        parse_schedule(often, tz="America/Argentina/ComodRivadavia")
+    assert parse_schedule(often, tz=BERLIN).stored == f"CRON_TZ={BERLIN} {often}"
+
+
 def test_tslock_schedules_take_a_tz_and_the_settings_check_reports_a_bad_one() -> None:
     found = configured_schedules({"report": {"schedule": NIGHTLY, "tz": BERLIN}})
     assert (
@@ -170,25 +177,6 @@ def test_tslock_schedules_take_a_tz_and_the_settings_check_reports_a_bad_one() -
         [error] = check_journal()
     assert error.id == "tslock.E009"
     assert error.msg.startswith("tz 'Mars/Olympus' of TSLOCK_SCHEDULES['report']['schedule'] '30 2 * * *'")
-
-
-def test_tslock_run_takes_tz_with_a_schedule() -> None:
-    with pytest.raises(CommandError, match=r"--tz needs --schedule"):
-        call_command("tslock", "run", "x", "--at-most-for", "1m", "--tz", BERLIN, "--", "true")
-    with pytest.raises(CommandError, match=r"tz 'Nowhere/City' of --schedule '30 2 \* \* \*' is not"):
-        call_command(
-            "tslock",
-            "run",
-            "x",
-            "--at-most-for",
-            "1m",
-            "--schedule",
-            NIGHTLY,
-            "--tz",
-            "Nowhere/City",
-            "--",
-            "true",
-        )
 
 
 # -- the journal keeps the zone -------------------------------------------------------------

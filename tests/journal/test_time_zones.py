@@ -256,6 +256,19 @@ def test_overdue_at_evaluates_as_of_the_instant_given(berlin_job: None) -> None:
 
 
 @pytest.mark.django_db
+def test_overdue_at_another_instant_does_not_record_a_first_sight(berlin_job: None) -> None:
+    """A name of TSLOCK_SCHEDULES that has no row yet is first seen by a real evaluation
+    only: dated at an instant given with --at, it would become late (or stay new) for
+    every later reader."""
+    with override_settings(TSLOCK_SCHEDULES={"export": {"schedule": "1h"}}):
+        code, text = overdue("--at", "2026-03-29T01:00:00Z")
+        assert code == 0 and text == "new      export: has never run\n"
+        assert not Job.objects.filter(name="export").exists()
+        overdue()
+        assert Job.objects.filter(name="export").exists(), "now, as before, the first sight is recorded"
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("value", "words"),
     [

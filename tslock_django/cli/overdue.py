@@ -100,7 +100,9 @@ def _read(at: datetime | None) -> list[JobStatus]:
             returncode=UNREADABLE,
         )
     try:
-        return [s for s in statuses(using, now=at) if s.status != "up"]
+        # At another instant the journal is only read: a first sight dated then would
+        # move a never-run name's first due time for every later reader.
+        return [s for s in statuses(using, now=at, record=at is None) if s.status != "up"]
     except ValueError as err:  # TSLOCK_SCHEDULES malformed
         raise CommandError(str(err), returncode=UNREADABLE) from err
     except DatabaseError as err:

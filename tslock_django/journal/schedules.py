@@ -138,8 +138,9 @@ def parse_schedule(
             raise ValueError(f"grace of {field} {schedule!r}: {err}") from None
     found = Schedule(text=str(text), period=period, grace=chosen, tz=zone)
     if len(found.stored) > STORED_LENGTH:
+        with_zone = " with its zone" if zone else ""
         raise ValueError(
-            f"{field} {found.stored!r} is {len(found.stored)} characters with its zone; the journal keeps "
+            f"{field} {found.stored!r} is {len(found.stored)} characters{with_zone}; the journal keeps "
             f"at most {STORED_LENGTH}"
         )
     return found

@@ -22,7 +22,7 @@ from .core.human import format_duration
 from .core.times import format_time
 from .exceptions import InvalidLockProvider, LockHeld, LockProviderError
 from .guard import GuardedRun
-from .journal.schedules import parse_schedule
+from .journal.schedules import Schedule, parse_schedule
 
 C = TypeVar("C", bound=type[BaseCommand])
 
@@ -48,6 +48,7 @@ def locked_command(
     max_wait: DurationLike = "1h",
     schedule: object = None,
     grace: DurationLike | None = None,
+    tz: str | None = None,
 ) -> Callable[[C], C]:
     """Class decorator for a ``BaseCommand``: ``handle`` runs only under the lock.
 
@@ -63,9 +64,11 @@ def locked_command(
         max_wait: the largest ``--lock-wait`` accepted, so a manual run cannot wait forever.
         schedule: how often the command should run, for the journal's late and failing
             statuses (``tslock overdue``, the Runs page): a period (``"1h"``) or a
-            five-field cron expression (``"0 3 * * *"``, in ``settings.TIME_ZONE``).
+            five-field cron expression (``"0 3 * * *"``, in ``tz``).
         grace: how late a run may be before the command is late (default: a tenth of
             the period, at least a minute).
+        tz: the IANA time zone a cron ``schedule`` is read in (``"Europe/Berlin"``;
+            default ``settings.TIME_ZONE``), daylight saving included.
 
     Every run is journaled (``TSLOCK_JOURNAL``): started, then succeeded or failed;
     skipped when held elsewhere; error when the store failed.
@@ -76,7 +79,7 @@ def locked_command(
 
     Raises:
         ValueError: (``InvalidJobArgument``) bad durations, ``on_locked``,
-            ``max_wait``, ``schedule`` or ``grace``, when the decorator runs: at import.
+            ``max_wait``, ``schedule``, ``grace`` or ``tz``, when the decorator runs: at import.
             ``manage.py check`` reports it ahead of time (tslock.E010).
     """
     # Validate everything now, so a typo fails at import, not at 3 a.m.
@@ -85,9 +88,7 @@ def locked_command(
             raise ValueError(f"on_locked must be 'skip' or 'fail', got {on_locked!r}")
         LockConfiguration("probe", lock_at_most_for, lock_at_least_for)
         wait_cap = parse_duration(max_wait, field="max_wait")
-        if schedule is None and grace is not None:
-            raise ValueError("grace is given without a schedule; give schedule= too (e.g. schedule='1h')")
-        job_schedule = parse_schedule(schedule, grace) if schedule is not None else None
+        job_schedule = declared_schedule(schedule, grace, tz)
 
     def decorate(cls: C) -> C:
         if not (isinstance(cls, type) and issubclass(cls, BaseCommand)):
@@ -169,6 +170,15 @@ def locked_command(
         return cls
 
     return decorate
+
+
+def declared_schedule(schedule: object, grace: DurationLike | None, tz: object) -> Schedule | None:
+    """The ``schedule``, ``grace`` and ``tz`` of a job decorator, read (``ValueError``
+    when one is bad or given without a schedule)."""
+    for given, value in (("grace", grace), ("tz", tz)):
+        if schedule is None and value is not None:
+            raise ValueError(f"{given} is given without a schedule; give schedule= too (e.g. schedule='1h')")
+    return parse_schedule(schedule, grace, tz=tz) if schedule is not None else None
 
 
 class InvalidJobArgument(ValueError):

@@ -27,10 +27,10 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
-from .decorators import did_not_run, invalid_job_argument
+from .decorators import declared_schedule, did_not_run, invalid_job_argument
 from .exceptions import LockHeld
 from .guard import GuardedRun
-from .journal.schedules import Schedule, parse_schedule
+from .journal.schedules import Schedule
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -63,6 +63,7 @@ def locked_task(
     on_locked: Literal["skip", "raise"] = "skip",
     schedule: object = None,
     grace: DurationLike | None = None,
+    tz: str | None = None,
 ) -> Callable[[Callable[P, T]], Callable[P, T | None]]:
     """Decorate a function so that each call runs only while holding its lock.
 
@@ -77,8 +78,8 @@ def locked_task(
         keep_alive: extend the lock every ``lock_at_most_for / 2`` while the function runs.
         on_locked: held elsewhere: ``"skip"`` (the call returns ``None``, the task
             succeeds) or ``"raise"`` (:class:`LockHeld`, for queues that retry).
-        schedule, grace: how often the task should run, for ``tslock overdue`` and the
-            Runs page (as for ``locked_command``).
+        schedule, grace, tz: how often the task should run, for ``tslock overdue`` and
+            the Runs page, and the zone a cron schedule is read in (as for ``locked_command``).
 
     Every call is journaled: started, then succeeded or failed; skipped; error.
 
@@ -88,7 +89,7 @@ def locked_task(
 
     Raises:
         ValueError: (``InvalidJobArgument``) at decoration, that is at import: bad
-            durations, ``on_locked``, ``schedule`` or ``grace``, or a name template naming
+            durations, ``on_locked``, ``schedule``, ``grace`` or ``tz``, or a name template naming
             an argument the function does not take. ``manage.py check`` reports it ahead
             of time (tslock.E010) for the ``tasks`` module of each installed app.
         TypeError: at decoration: not a function, or an async generator function (its
@@ -104,8 +105,6 @@ def locked_task(
         if on_locked not in ("skip", "raise"):
             raise ValueError(f"on_locked must be 'skip' or 'raise', got {on_locked!r}")
         LockConfiguration("probe", lock_at_most_for, lock_at_least_for)
-        if schedule is None and grace is not None:
-            raise ValueError("grace is given without a schedule; give schedule= too (e.g. schedule='1h')")
         if name is not None and not (isinstance(name, str) or callable(name)):
             raise ValueError(f"name must be a string, a format string or a callable, got {name!r}")
         policy = _Policy(
@@ -115,7 +114,7 @@ def locked_task(
             using=using,
             keep_alive=keep_alive,
             on_locked=on_locked,
-            schedule=parse_schedule(schedule, grace) if schedule is not None else None,
+            schedule=declared_schedule(schedule, grace, tz),
         )
 
     def decorate(func: Callable[P, T]) -> Callable[P, T | None]:

@@ -513,3 +513,19 @@ def test_a_name_longer_than_the_journal_column_links_from_locks_to_its_history(
     assert 'id="job-summary"' in viewer.get(unescape(link.group(1))).content.decode()
     history = viewer.get(run_history_url, {"name": name}).content.decode()
     assert 'id="job-summary"' in history and history_rows(history)[0][1] == "succeeded"
+
+
+def test_a_schedule_in_a_named_zone_shows_its_zone_and_the_due_time_on_that_zones_clock(
+    viewer: Client, runs_url: str, run_history_url: str
+) -> None:
+    """Issue 34: the page's times are in the admin's zone; a schedule read in another
+    zone says which, and its due time is also shown on that zone's wall clock."""
+    # Kolkata has no daylight saving: 02:30 there is always the due time shown.
+    job("kolkata", schedule="CRON_TZ=Asia/Kolkata 30 2 * * *", grace=600, first_seen=M)
+    job("local", schedule="30 2 * * *", grace=600, first_seen=M)
+    page = unescape(viewer.get(runs_url).content.decode())
+    assert "30 2 * * * in Asia/Kolkata (grace 10m)" in page
+    assert len(re.findall(r"\d{4}-\d\d-\d\d 02:30 Asia/Kolkata", page)) == 1
+    assert "30 2 * * * (grace 10m)" in page, "without a zone: TIME_ZONE, the page's own"
+    history = unescape(viewer.get(run_history_url, {"name": "kolkata"}).content.decode())
+    assert re.search(r"\(\d{4}-\d\d-\d\d 02:30 Asia/Kolkata\)", history)

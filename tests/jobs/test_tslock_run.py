@@ -294,6 +294,11 @@ def test_a_program_that_handles_sigterm_and_exits_0_makes_tslock_exit_0(database
          "--grace needs --schedule"),
         (["bad-schedule", "--at-most-for", "1m", "--schedule", "often", "--", PY, "-c", "pass"],
          "not a schedule"),
+        (["tz-alone", "--at-most-for", "1m", "--tz", "Europe/Berlin", "--", PY, "-c", "pass"],
+         "--tz needs --schedule"),
+        (["bad-tz", "--at-most-for", "1m", "--schedule", "30 2 * * *", "--tz", "Nowhere/City", "--", PY,
+          "-c", "pass"],
+         "tz 'Nowhere/City' of --schedule '30 2 * * *' is not a known time zone. Accepted: an IANA"),
         (["least-over-most", "--at-most-for", "1m", "--at-least-for", "1h", "--", PY, "-c", "pass"],
          "lock_at_least_for"),
     ],
@@ -321,6 +326,17 @@ def test_a_schedule_is_kept_with_the_journal(database: Path) -> None:
             "1h",
             600.0,
         )
+
+
+def test_a_schedules_zone_is_kept_with_the_journal(database: Path) -> None:
+    done = tslock_run(
+        database, "nightly", "--at-most-for", "1m", "--schedule", "30 2 * * *", "--tz", "Europe/Berlin",
+        *program("pass"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with sqlite3.connect(database) as conn:
+        [stored] = conn.execute("SELECT schedule FROM tslock_job WHERE name = 'nightly'").fetchone()
+    assert stored == "CRON_TZ=Europe/Berlin 30 2 * * *"
 
 
 # -- The program never outlives its lock (issue 31, item 2) ----------------------------

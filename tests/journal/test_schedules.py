@@ -204,3 +204,21 @@ def test_a_name_first_seen_by_an_evaluation_keeps_that_time_when_it_first_runs(u
     row = Job.objects.using(using).get(name="nightly")
     assert from_db(row.first_seen_at) == T0 and row.runs_succeeded == 1
     assert up.status == "up" and up.last_outcome == outcomes.SUCCEEDED
+
+
+@override_settings(TIME_ZONE="Europe/Berlin")
+def test_a_cron_job_done_at_the_first_of_two_repeated_times_is_not_late_in_the_second_pass() -> None:
+    """2026-10-25 in Berlin: 02:00-03:00 happens twice and ``30 2 * * *`` is due once, at
+    the first 02:30 (00:30 UTC). Evaluated in the second pass (02:15 CET, 01:15 UTC), the
+    run of 02:32 CEST covers the day: it is up, next due the following night; and read
+    from exactly 03:00 CEST on the spring-forward day, that is the day's due time."""
+    nightly = parse_schedule("30 2 * * *", "10m")
+    done = job(
+        last_started_at=datetime(2026, 10, 25, 0, 32, tzinfo=timezone.utc),
+        last_outcome=outcomes.SUCCEEDED,
+        last_success_at=datetime(2026, 10, 25, 0, 32, tzinfo=timezone.utc),
+    )
+    up = status_of("j", done, nightly, datetime(2026, 10, 25, 1, 15, tzinfo=timezone.utc))
+    assert (up.status, up.due_at) == ("up", datetime(2026, 10, 26, 1, 30, tzinfo=timezone.utc)), up.reason
+    spring = datetime(2026, 3, 29, 1, 0, tzinfo=timezone.utc)  # 03:00 CEST, the skipped 02:30's stand-in
+    assert nightly.last_due(spring) == spring

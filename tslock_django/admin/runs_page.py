@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from django.contrib import messages
 from django.db import DatabaseError
@@ -144,6 +145,15 @@ class JobRow:
     @property
     def due_at(self) -> datetime | None:
         return self.status.due_at if self.status else None
+
+    @property
+    def due_in_zone(self) -> str:
+        """The due time on the wall clock of the schedule's own zone (``""`` when the
+        schedule names none: the page's times are then in its zone already), e.g.
+        ``2026-03-29 03:00 Europe/Berlin``."""
+        if self.due_at is None or self.schedule is None or not self.schedule.tz:
+            return ""
+        return f"{self.due_at.astimezone(ZoneInfo(self.schedule.tz)):%Y-%m-%d %H:%M} {self.schedule.tz}"
 
     @property
     def past_due(self) -> bool:

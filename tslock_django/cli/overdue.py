@@ -1,5 +1,8 @@
-"""``tslock overdue [--json]``: the scheduled names that are late, failing or new, with
-the reason. Exit status, for cron monitors and readiness probes: 0 when none is late or
+"""``tslock overdue [--json] [--at ISO-8601]``: the scheduled names that are late,
+failing or new, with the reason; ``--at`` evaluates the journal as it is at another
+instant (to check a schedule's zone and grace, daylight-saving days included).
+
+Exit status, for cron monitors and readiness probes: 0 when none is late or
 failing, 1 when any is, 2 when the journal could not be read (its database failed, it is
 off, or its settings are malformed): one line on stderr then says which database and
 why, and nothing goes to stdout, so that no reader takes an error for an empty list.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -31,6 +35,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="one JSON array of flat objects (nothing on stdout when the journal cannot be read)",
     )
+    parser.add_argument(
+        "--at",
+        type=_instant,
+        metavar="ISO-8601",
+        help="evaluate as of this instant instead of now, with an offset or Z "
+        "(e.g. 2026-03-29T03:10:00+02:00); the journal is read as it is",
+    )
+
+
+def _instant(value: str) -> datetime:
+    """An ISO-8601 instant with its offset (``Z`` accepted); a usage error otherwise.
+    A time without an offset is refused rather than guessed: in which zone it is read
+    is the very question ``--at`` is there to check."""
+    text = value.strip()
+    if text[-1:] in ("Z", "z"):  # Python 3.10's fromisoformat does not read Z
+        text = text[:-1] + "+00:00"
+    try:
+        found = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an ISO-8601 time; give e.g. 2026-03-29T03:10:00+02:00 or 2026-03-29T01:10:00Z"
+        ) from None
+    if found.utcoffset() is None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} has no offset; give one (e.g. +02:00) or Z, so the instant is not guessed"
+        )
+    return found
 
 
 def handle(command: BaseCommand, **options: Any) -> None:
@@ -41,7 +72,7 @@ def handle(command: BaseCommand, **options: Any) -> None:
             printed); exit status 2, printing nothing, when the journal is off or its
             settings or database failed.
     """
-    found = _read()
+    found = _read(options.get("at"))
     if options["json"]:
         shown = [{**s.as_json(), "reason": hide_secrets(s.reason)} for s in found]
         command.stdout.write(json.dumps(shown, ensure_ascii=True))
@@ -54,8 +85,9 @@ def handle(command: BaseCommand, **options: Any) -> None:
         raise CommandError("scheduled jobs are late or failing (listed above)", returncode=OVERDUE)
 
 
-def _read() -> list[JobStatus]:
-    """The names that are not up, or a ``CommandError`` with exit status 2."""
+def _read(at: datetime | None) -> list[JobStatus]:
+    """The names that are not up at ``at`` (default now), or a ``CommandError`` with
+    exit status 2."""
     from django.db import DatabaseError
 
     try:
@@ -68,7 +100,9 @@ def _read() -> list[JobStatus]:
             returncode=UNREADABLE,
         )
     try:
-        return [s for s in statuses(using) if s.status != "up"]
+        # At another instant the journal is only read: a first sight dated then would
+        # move a never-run name's first due time for every later reader.
+        return [s for s in statuses(using, now=at, record=at is None) if s.status != "up"]
     except ValueError as err:  # TSLOCK_SCHEDULES malformed
         raise CommandError(str(err), returncode=UNREADABLE) from err
     except DatabaseError as err:

@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     the program and its arguments, never read as options of tslock)."""
     parser.usage = (
         "%(prog)s NAME --at-most-for D [--at-least-for D] [--keep-alive] [--provider A] [--wait D] "
-        "[--on-locked {skip,fail}] [--schedule S [--grace G]] -- PROGRAM [ARGS...]"
+        "[--on-locked {skip,fail}] [--schedule S [--grace G] [--tz Z]] -- PROGRAM [ARGS...]"
     )
     parser.description = DESCRIPTION
     parser.add_argument("name", type=_name, metavar="NAME", help="The lock name.")
@@ -111,6 +111,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="How often the job should run, for 'tslock overdue': a period (1h) or a cron expression.",
     )
     parser.add_argument("--grace", metavar="G", help="How late a run may be (needs --schedule).")
+    parser.add_argument(
+        "--tz",
+        metavar="Z",
+        help="The IANA time zone a cron --schedule is read in, e.g. Europe/Berlin (default: TIME_ZONE).",
+    )
     _split_at_double_dash(parser)
 
 
@@ -148,10 +153,12 @@ def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
 def _check_together(parser: argparse.ArgumentParser, options: argparse.Namespace) -> None:
     if options.grace is not None and options.schedule is None:
         parser.error("--grace needs --schedule (e.g. --schedule 1h --grace 10m)")
+    if options.tz is not None and options.schedule is None:
+        parser.error("--tz needs --schedule (e.g. --schedule '30 2 * * *' --tz Europe/Berlin)")
     try:
         LockConfiguration(options.name, options.at_most_for, options.at_least_for)
         options.job_schedule = (
-            parse_schedule(options.schedule, options.grace, field="--schedule")
+            parse_schedule(options.schedule, options.grace, tz=options.tz, field="--schedule")
             if options.schedule is not None
             else None
         )

@@ -27,7 +27,7 @@ from django.db.models.functions import Coalesce
 from . import outcomes
 from .models import Job, journal_name
 from .recorder import from_db, to_db
-from .schedules import Schedule, parse_schedule
+from .schedules import Schedule, stored_schedule
 from .status import ALERTING, JobStatus, job_schedule, record_first_seen, schedules_from_settings, status_of
 
 #: The ``Job`` columns counting runs by outcome.
@@ -161,7 +161,7 @@ def _suspects(group: Group, now: datetime) -> Q | None:
         return None
     grace = timedelta(seconds=group.grace) if group.grace is not None else None
     try:
-        threshold = late_before(parse_schedule(group.schedule, grace), now)
+        threshold = late_before(stored_schedule(group.schedule, grace), now)
     except ValueError:  # a schedule an older release accepted: it can fail, not be late
         threshold = None
     may_be_late = threshold is not None and group.oldest_since is not None and group.oldest_since < threshold

@@ -135,6 +135,6 @@ def job_description(name: str, provider: str, schedule: Any, now: datetime) -> d
         "provider": provider,
         "now": now,
         "scheduled": schedule is not None,
-        "schedule": schedule.text if schedule is not None else "",
+        "schedule": schedule.stored if schedule is not None else "",
         "grace": schedule.grace.total_seconds() if schedule is not None else None,
     }

@@ -285,7 +285,7 @@ class RunRecorder:
         fields: dict[str, Any] = {"provider": self.alias}
         schedule = self.schedule
         if schedule is not None:
-            fields["schedule"] = schedule.text
+            fields["schedule"] = schedule.stored
             fields["grace"] = schedule.grace.total_seconds()
         jobs = Job.objects.using(self.using).filter(name=self.name)
         if jobs.update(**fields, **changes):

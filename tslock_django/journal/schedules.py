@@ -1,8 +1,16 @@
 """Schedules: when a job is due, and how long after that it may still arrive.
 
 A schedule is either a period (``"1h"``: due one period after its last success) or a
-five-field cron expression (``"0 3 * * *"``: due at each matching minute, in
-``settings.TIME_ZONE``). ``grace`` is how late a job may be before it counts as late.
+five-field cron expression (``"0 3 * * *"``: due at each matching minute, in the
+schedule's ``tz``, an IANA zone, else ``settings.TIME_ZONE``). ``grace`` is how late a
+job may be before it counts as late.
+
+Daylight saving: a due time that a spring-forward skips is due once, at the first
+minute after the gap (``30 2 * * *`` in Europe/Berlin on 2026-03-29: 03:00 local); one
+that a fall-back repeats is due once, at its first occurrence (02:30 CEST on
+2026-10-25). The journal keeps a cron schedule's zone in the stored text, in cronie's
+``CRON_TZ=`` form (:attr:`Schedule.stored`), so every reader evaluates the zone the run
+declared and names declared in different zones are told apart.
 
 Cron expressions are evaluated by ``cronsim`` (by the author of healthchecks.io, which
 uses it for exactly this question): it has no dependencies of its own, rejects what it
@@ -13,6 +21,7 @@ candidate; it is larger and pulls in ``python-dateutil``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -29,6 +38,10 @@ _CRON_FORMS = (
 #: The least grace a schedule gets when none is given: a job started by cron still
 #: needs its interpreter, Django and its lock before it can succeed.
 MIN_GRACE = timedelta(minutes=1)
+#: What a stored schedule starts with when it names its zone (cronie's variable).
+_ZONE_PREFIX = "CRON_TZ="
+#: The longest stored schedule: the width of ``Job.schedule``.
+STORED_LENGTH = 100
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,8 @@ class Schedule:
     period: timedelta | None
     #: How late a run may be before the job is late.
     grace: timedelta
+    #: Cron only: the IANA zone it is evaluated in; ``None``: ``settings.TIME_ZONE``.
+    tz: str | None = None
 
     @property
     def is_cron(self) -> bool:
@@ -50,35 +65,45 @@ class Schedule:
         """Cron only: the latest due time at or before ``now`` (UTC), or ``None``."""
         if self.period is not None:
             return None
-        return _cron_step(self.text, now, reverse=True)
+        return _cron_step(self.text, now, reverse=True, zone=self.tz)
 
     def next_due(self, after: datetime) -> datetime:
         """The first due time after ``after``: one period later, or the next match."""
         if self.period is not None:
             return after + self.period
-        found = _cron_step(self.text, after, reverse=False)
+        found = _cron_step(self.text, after, reverse=False, zone=self.tz)
         assert found is not None  # a valid expression always matches again
         return found
 
+    @property
+    def stored(self) -> str:
+        """The text the journal keeps (``Job.schedule``): ``text``, preceded by
+        ``CRON_TZ=<zone> `` when the schedule names its zone."""
+        return f"{_ZONE_PREFIX}{self.tz} {self.text}" if self.tz else self.text
+
     def describe(self) -> str:
-        return f"{self.text} (grace {format_duration(self.grace)})"
+        zone = f" in {self.tz}" if self.tz else ""
+        return f"{self.text}{zone} (grace {format_duration(self.grace)})"
 
 
 def parse_schedule(
-    schedule: object, grace: DurationLike | None = None, *, field: str = "schedule"
+    schedule: object, grace: DurationLike | None = None, *, tz: object = None, field: str = "schedule"
 ) -> Schedule:
-    """Read ``schedule`` and ``grace``.
+    """Read ``schedule``, ``grace`` and ``tz``.
 
     Args:
         schedule: a period (``"1h"``, ``timedelta``, seconds) or a five-field cron string.
         grace: how late a run may be; by default a tenth of the period (for cron, of the
             time between two due times), at least one minute.
+        tz: for a cron schedule, the IANA zone it is read in (``"Europe/Berlin"``);
+            ``None``: ``settings.TIME_ZONE``, read when the schedule is evaluated.
         field: the name the error messages use (e.g. ``TSLOCK_SCHEDULES['report']``).
 
     Raises:
-        ValueError: the schedule or grace is not one of the accepted forms; the message
-            quotes the value and names the forms.
+        ValueError: the schedule, grace or zone is not one of the accepted forms (or a
+            zone is given with a period); the message quotes the value and names the forms.
     """
+    zone = _check_zone(tz, schedule, field) if tz is not None else None
     text = schedule.strip() if isinstance(schedule, str) else schedule
     period: timedelta | None = None
     if isinstance(text, str) and len(text.split()) > 1:
@@ -98,19 +123,43 @@ def parse_schedule(
         if period <= timedelta(0):
             raise ValueError(f"{field} {schedule!r} is a period of zero; give a positive period, e.g. '1h'")
         text = schedule if isinstance(schedule, str) else format_duration(period)
+        if zone is not None:
+            raise ValueError(
+                f"tz {tz!r} is given with the period {field} {schedule!r}; a period is counted from the "
+                "last success in any zone: give tz only with a cron schedule"
+            )
     if grace is None:
-        spacing = period if period is not None else _cron_spacing(text)
+        spacing = period if period is not None else _cron_spacing(text, zone)
         chosen = max(MIN_GRACE, spacing / 10)
     else:
         try:
             chosen = parse_duration(grace, field="grace")
         except ValueError as err:
             raise ValueError(f"grace of {field} {schedule!r}: {err}") from None
-    return Schedule(text=str(text), period=period, grace=chosen)
+    found = Schedule(text=str(text), period=period, grace=chosen, tz=zone)
+    if len(found.stored) > STORED_LENGTH:
+        with_zone = " with its zone" if zone else ""
+        raise ValueError(
+            f"{field} {found.stored!r} is {len(found.stored)} characters{with_zone}; the journal keeps "
+            f"at most {STORED_LENGTH}"
+        )
+    return found
+
+
+def stored_schedule(stored: str, grace: DurationLike | None = None) -> Schedule:
+    """A schedule as the journal keeps it (:attr:`Schedule.stored`), read back.
+
+    Raises:
+        ValueError: the text or its zone is not one this release accepts.
+    """
+    text, tz = stored, None
+    if stored.startswith(_ZONE_PREFIX):
+        tz, _, text = stored[len(_ZONE_PREFIX) :].partition(" ")
+    return parse_schedule(text, grace, tz=tz)
 
 
 def configured_schedules(settings_value: object) -> dict[str, Schedule]:
-    """``TSLOCK_SCHEDULES`` read: ``{"lock-name": {"schedule": "...", "grace": "..."}}``.
+    """``TSLOCK_SCHEDULES`` read: ``{"lock-name": {"schedule": "...", "grace": "...", "tz": "..."}}``.
 
     Raises:
         ValueError: an entry of the wrong shape or with a bad schedule or grace.
@@ -131,12 +180,14 @@ def configured_schedules(settings_value: object) -> dict[str, Schedule]:
             raise ValueError(
                 f"{where} must be a dict with a 'schedule' (and optionally a 'grace'), got {entry!r}"
             )
-        unknown = set(entry) - {"schedule", "grace"}
+        unknown = set(entry) - {"schedule", "grace", "tz"}
         if unknown:
             raise ValueError(
-                f"{where} has unknown keys {sorted(unknown)}; the keys are 'schedule' and 'grace'"
+                f"{where} has unknown keys {sorted(unknown)}; the keys are 'schedule', 'grace' and 'tz'"
             )
-        found[name] = parse_schedule(entry["schedule"], entry.get("grace"), field=f"{where}['schedule']")
+        found[name] = parse_schedule(
+            entry["schedule"], entry.get("grace"), tz=entry.get("tz"), field=f"{where}['schedule']"
+        )
     return found
 
 
@@ -151,39 +202,77 @@ def _check_cron(text: str, written: Any, field: str) -> None:
         ) from None
 
 
-def _zone() -> ZoneInfo | timezone:
+def _check_zone(tz: object, schedule: object, field: str) -> str:
+    accepted = "an IANA time zone name such as 'Europe/Berlin' or 'UTC' (zoneinfo)"
+    if not isinstance(tz, str) or not tz.strip():
+        raise ValueError(f"tz {tz!r} of {field} {schedule!r} is not a time zone name. Accepted: {accepted}")
+    try:
+        ZoneInfo(tz)
+    except (ValueError, KeyError):  # ZoneInfoNotFoundError is a KeyError; a malformed key a ValueError
+        raise ValueError(
+            f"tz {tz!r} of {field} {schedule!r} is not a known time zone. Accepted: {accepted}"
+        ) from None
+    return tz
+
+
+def _zone(name: str | None) -> ZoneInfo | timezone:
     from django.conf import settings
 
-    name = getattr(settings, "TIME_ZONE", None) or "UTC"
+    name = name or getattr(settings, "TIME_ZONE", None) or "UTC"
     return timezone.utc if name == "UTC" else ZoneInfo(name)
 
 
-def _cron_step(text: str, start: datetime, *, reverse: bool) -> datetime | None:
-    """The next (or, with ``reverse``, the latest at or before) match from ``start``,
-    evaluated in ``settings.TIME_ZONE`` and returned in UTC."""
+#: How many matches a step reads past before giving up (a bound, never reached in use).
+_STEP_LIMIT = 1_000
+
+
+def _cron_step(text: str, start: datetime, *, reverse: bool, zone: str | None = None) -> datetime | None:
+    """The next match after ``start`` (or, with ``reverse``, the latest at or before it),
+    evaluated in ``zone`` (default ``settings.TIME_ZONE``) and returned in UTC.
+
+    cronsim reads a wall time: started inside the second pass of a repeated hour it can
+    answer a time before ``start`` going forwards, and miss the first pass going
+    backwards. So the forward step skips answers not after ``start``, and the backward
+    step walks forwards from its answer while a later match is still at or before ``start``.
+    """
+    if reverse:
+        found = _cron_from(text, start, zone, reverse=True)
+        for _ in range(_STEP_LIMIT):
+            if found is None:
+                break
+            later = _cron_step(text, found, reverse=False, zone=zone)
+            if later is None or later > start:
+                break
+            found = later
+        return found
+    return _cron_from(text, start, zone, reverse=False)
+
+
+def _cron_from(text: str, start: datetime, zone: str | None, *, reverse: bool) -> datetime | None:
     from cronsim import CronSim
 
-    local = start.astimezone(_zone())
+    start_utc = start.astimezone(timezone.utc)
     if not reverse:
         # cronsim yields times at or after its start; start one second on so that a
         # due time equal to ``start`` is not returned again.
-        local = local.replace(microsecond=0) + timedelta(seconds=1)
-    try:
-        found = next(iter(CronSim(text, local, reverse=reverse)))
-    except StopIteration:  # pragma: no cover - an expression like "0 0 30 2 *" never matches
-        return None
-    return found.astimezone(timezone.utc)  # type: ignore[no-any-return]
+        start_utc = start_utc.replace(microsecond=0) + timedelta(seconds=1)
+    matches = CronSim(text, start_utc.astimezone(_zone(zone)), reverse=reverse)
+    for found in itertools.islice(matches, _STEP_LIMIT):
+        found_utc: datetime = found.astimezone(timezone.utc)
+        if (found_utc <= start) if reverse else (found_utc > start):
+            return found_utc
+    return None  # pragma: no cover - an expression like "0 0 30 2 *" never matches
 
 
-def _cron_spacing(text: str) -> timedelta:
+def _cron_spacing(text: str, zone: str | None = None) -> timedelta:
     """The shortest time between two consecutive due times over a sample week."""
     start = datetime(2024, 1, 1, tzinfo=timezone.utc)
-    previous = _cron_step(text, start, reverse=False)
+    previous = _cron_step(text, start, reverse=False, zone=zone)
     shortest = timedelta(days=366)
     for _ in range(8):
         if previous is None:
             break
-        following = _cron_step(text, previous, reverse=False)
+        following = _cron_step(text, previous, reverse=False, zone=zone)
         if following is None:
             break
         shortest = min(shortest, following - previous)

@@ -30,7 +30,7 @@ from ..core.times import format_time
 from . import outcomes
 from .models import Job, Run, journal_name
 from .recorder import from_db, to_db
-from .schedules import Schedule, configured_schedules, parse_schedule
+from .schedules import Schedule, configured_schedules, stored_schedule
 
 #: The statuses that make ``tslock overdue`` exit 1.
 ALERTING = ("late", "failing")
@@ -71,6 +71,7 @@ class JobStatus:
             "status": self.status,
             "reason": self.reason,
             "schedule": self.schedule.text if self.schedule else None,
+            "tz": self.schedule.tz if self.schedule else None,
             "last_outcome": self.last_outcome or None,
             "last_started_at": iso(self.last_started_at),
             "last_success_at": iso(self.last_success_at),
@@ -92,7 +93,7 @@ def job_schedule(job: Job | None, configured: Schedule | None) -> Schedule | Non
         return None
     grace = timedelta(seconds=job.grace) if job.grace is not None else None
     try:
-        return parse_schedule(job.schedule, grace)
+        return stored_schedule(job.schedule, grace)
     except ValueError:  # a schedule an older release accepted; not this reader's to fail on
         return None
 
@@ -195,12 +196,14 @@ def record_first_seen(using: str, names: set[str], now: datetime) -> dict[str, J
 
 
 def statuses(
-    using: str, *, now: datetime | None = None, names: Iterable[str] | None = None
+    using: str, *, now: datetime | None = None, names: Iterable[str] | None = None, record: bool = True
 ) -> list[JobStatus]:
     """The status of every scheduled name (``TSLOCK_SCHEDULES`` and names whose runs
     declared a schedule), or of ``names``, sorted by name. One query for the rows, and
     one write the first time a name of ``TSLOCK_SCHEDULES`` is seen (see
-    :func:`record_first_seen`). Names are matched as journaled (:func:`journal_name`).
+    :func:`record_first_seen`), unless ``record`` is false: an evaluation at another
+    instant than now (``tslock overdue --at``) must not date a first sight.
+    Names are matched as journaled (:func:`journal_name`).
 
     Raises:
         DatabaseError: the journal could not be read.
@@ -216,7 +219,9 @@ def statuses(
         rows = {job.name: job for job in jobs.exclude(schedule="")}
         rows.update({job.name: job for job in jobs.filter(name__in=set(configured) - set(rows))})
         wanted = set(rows) | set(configured)
-    rows.update(record_first_seen(using, {name for name in wanted if name in configured} - set(rows), now))
+    if record:
+        unseen = {name for name in wanted if name in configured} - set(rows)
+        rows.update(record_first_seen(using, unseen, now))
     found = []
     for name in sorted(wanted):
         job = rows.get(name)

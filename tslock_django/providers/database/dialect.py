@@ -41,7 +41,7 @@ class Dialect:
     names_holder = False
     #: Whether extend hands its new deadline back in the statement's own reply (the
     #: cursor's ``lastrowid``) rather than by ``RETURNING``.
-    extend_carries_deadline = False
+    extend_sets_last_insert_id = False
     #: How a read takes a shared row lock (a fresh INSERT reads the fencing mark so,
     #: where ``purge_lock`` does not keep it current instead).
     share_lock = ""

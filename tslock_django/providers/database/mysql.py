@@ -17,7 +17,7 @@ class MySQL(Dialect):
     # MariaDB 10.5 and later return rows from an INSERT, an upsert too; MySQL never does.
     one_statement = None
     names_holder = True  # a held row is written back as it is and returned
-    extend_carries_deadline = True
+    extend_sets_last_insert_id = True
     share_lock = " LOCK IN SHARE MODE"  # MariaDB has no FOR SHARE
     update_lock = " FOR UPDATE"
 

@@ -131,11 +131,11 @@ class DatabaseLockProvider(LockProvider):
         params: list[Any],
         *,
         fetch: bool = False,
-        carried: bool = False,
+        last_insert_id: bool = False,
         conflict_means_held: bool = False,
     ) -> tuple[int, list[Any]]:
         """Execute one statement on a cursor of ``conn.cursor()``; returns (rowcount,
-        rows), rows only when ``fetch`` (the statement returns some) or ``carried`` (on
+        rows), rows only when ``fetch`` (the statement returns some) or ``last_insert_id`` (on
         MySQL: one row of the value the statement set with ``LAST_INSERT_ID(expr)``,
         the cursor's ``lastrowid``). The rows are fetched before the count is read:
         SQLite counts the rows of a ``RETURNING`` statement as they are fetched.
@@ -146,7 +146,7 @@ class DatabaseLockProvider(LockProvider):
         try:
             with conn.cursor() as cursor:
                 cursor.execute(sql, params)
-                rows = cursor.fetchall() if fetch else [(cursor.lastrowid,)] if carried else []
+                rows = cursor.fetchall() if fetch else [(cursor.lastrowid,)] if last_insert_id else []
                 return cursor.rowcount, rows
         except DatabaseError as err:
             if conflict_means_held and isinstance(err, IntegrityError):
@@ -299,10 +299,12 @@ class DatabaseLockProvider(LockProvider):
         params = [*self._until(config.lock_at_most_for), held.name, digest, *self._now()]
 
         returning = self._dialect.update_returning
-        carried = self._dialect.extend_carries_deadline
+        in_last_insert_id = self._dialect.extend_sets_last_insert_id
 
         def extend(conn: BaseDatabaseWrapper, what: str) -> list[Any] | None:
-            count, rows = self._run(conn, what, self._sql.extend, params, fetch=returning, carried=carried)
+            count, rows = self._run(
+                conn, what, self._sql.extend, params, fetch=returning, last_insert_id=in_last_insert_id
+            )
             if count != 1:
                 return None
             if rows:

@@ -31,7 +31,7 @@ class Statements:
     release: str
     #: [until, name, token, now]
     extend: str
-    #: [name, token]: where an UPDATE returns nothing and extend carries nothing.
+    #: [name, token]: where an UPDATE returns nothing and extend sets no LAST_INSERT_ID.
     extend_read_back: str
     #: [now, name, now] + [fencing token or token]
     force_unlock: str

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
@@ -105,3 +106,24 @@ def test_the_wide_names_migration_goes_back_and_forward(using: str) -> None:
         migrate(using, None)
     Run.objects.using(using).create(name=LONG, provider="default", outcome=outcomes.SUCCEEDED, started_at=now)
     assert Run.objects.using(using).filter(name=LONG).count() == 1
+
+
+@pytest.mark.skipif(
+    "mariadb" not in settings.DATABASES, reason="MariaDB is not reachable (required when CI is set)"
+)
+def test_the_wide_job_key_raises_no_mariadb_warning_and_migrations_see_a_plain_charfield() -> None:
+    """Django warns (mysql.W003) about unique CharFields over 255 characters on MySQL
+    backends: shown at every migrate and check of a project on MariaDB. The key is sized
+    for the 3,072-byte keys of today's row formats, so the package's field leaves that
+    one warning out, and nothing else."""
+    from django.db import models
+
+    from tslock_django.journal.models import Job
+
+    key = Job._meta.get_field("name")
+    assert [found.id for found in key.check(databases=["mariadb"])] == []
+    plain = models.CharField(max_length=key.max_length, primary_key=True)
+    plain.set_attributes_from_name("name")
+    plain.model = Job
+    assert [found.id for found in plain.check(databases=["mariadb"])] == ["mysql.W003"]
+    assert key.deconstruct()[1] == "django.db.models.CharField"

@@ -325,6 +325,13 @@ def transport_errors(
         raise LockProviderError(
             f"{what}: could not reach the store ({type(err).__name__}: {_safe(err, secrets)})", alias=alias
         ) from err
+    except OSError as err:
+        # What older httpx releases (0.25, with its httpcore) let through unwrapped from
+        # the connection, e.g. ssl.SSLCertVerificationError: a failure of the store's
+        # connection all the same.
+        raise LockProviderError(
+            f"{what}: could not reach the store ({type(err).__name__}: {_safe(err, secrets)})", alias=alias
+        ) from err
     except RuntimeError as err:
         # httpx refuses to send on a closed client. The providers open a new client after
         # close(), so this only reaches a request that raced close() in another thread.

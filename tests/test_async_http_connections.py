@@ -9,6 +9,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -17,6 +18,7 @@ import pytest
 from tests.test_bounded_answers import Server, do_provider, keep_alive_answer, serve
 from tslock_django.exceptions import LockProviderError
 from tslock_django.providers.cloudflare_do import DurableObjectLockProvider
+from tslock_django.providers.http import KEEPALIVE_EXPIRY
 
 pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
 
@@ -176,3 +178,36 @@ def test_nothing_listening_is_a_connect_error() -> None:
             await provider.aforce_unlock("job", expected=None)
 
     on_provider(f"http://127.0.0.1:{port}", main)
+
+
+@pytest.mark.parametrize("side", ["sync", "async"])
+def test_a_connection_idle_near_the_servers_limit_is_not_reused(side: str) -> None:
+    # workerd (and Node, and Apache) close a connection idle for 5 s, httpx's default
+    # expiry: reusing one at that moment loses the request to the server's close. The
+    # clients drop idle connections well before, so the second request, sent after a
+    # pause past KEEPALIVE_EXPIRY, goes on a new connection; the third, sent at once,
+    # reuses the second's.
+    assert KEEPALIVE_EXPIRY <= 4.0
+    pauses = [KEEPALIVE_EXPIRY + 0.4, 0.0]
+    with serve(released) as server:
+        if side == "async":
+
+            async def main(provider: DurableObjectLockProvider) -> list[bool]:
+                done = [await provider.aforce_unlock("job", expected=None)]
+                for pause in pauses:
+                    await asyncio.sleep(pause)
+                    done.append(await provider.aforce_unlock("job", expected=None))
+                return done
+
+            assert on_provider(server.url, main) == [True] * 3
+        else:
+            provider = do_provider(server.url)
+            try:
+                done = [provider.force_unlock("job", expected=None)]
+                for pause in pauses:
+                    time.sleep(pause)
+                    done.append(provider.force_unlock("job", expected=None))
+            finally:
+                provider.close()
+            assert done == [True] * 3
+    assert (server.requests, server.connections) == (3, 2)

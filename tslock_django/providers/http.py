@@ -23,11 +23,20 @@ from ..core import decode
 from ..core.scrubbing import cut, scrub
 from ..exceptions import LockProviderError, LockRateLimited
 
+#: Seconds an idle connection is kept for reuse: well under the servers' own idle limit.
+#: workerd closes a connection idle for 5 s, httpx's default expiry; with both at 5 s a
+#: request sent on a connection as the server closes it fails with "Server disconnected
+#: without sending a response", a store failure that cannot safely be retried (the
+#: acquire may have been granted). Seen on CI with 50 threads on the local Worker.
+KEEPALIVE_EXPIRY = 3.0
+
 #: As many idle keep-alive connections as open ones. With fewer (httpx keeps 20 by
 #: default), httpcore 1.0.x can close an idle connection it has just handed to a waiting
 #: thread when more threads than that share one provider, and the request fails with
 #: EBADF (encode/httpcore#1110); seen here with 50 threads on one provider.
-POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+POOL_LIMITS = httpx.Limits(
+    max_connections=100, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE_EXPIRY
+)
 
 #: The largest answer read, decoded (16 MiB): a listing page of 1,000 keys with their
 #: metadata is about 1.5 MB. Larger answers are refused as they arrive.

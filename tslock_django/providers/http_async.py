@@ -23,6 +23,7 @@ import httpx
 
 from ..core.aio import on_loop_shutdown
 from .http import (
+    KEEPALIVE_EXPIRY,
     MAX_BODY_BYTES,
     Answer,
     PooledClient,
@@ -41,7 +42,11 @@ from .http import (
 #: round was 1.1 s on one client of 100 connections, 0.17 s on clients of 8 (2026-12-04).
 CLIENT_CONNECTIONS = 8
 CLIENTS = 13
-_LIMITS = httpx.Limits(max_connections=CLIENT_CONNECTIONS, max_keepalive_connections=CLIENT_CONNECTIONS)
+_LIMITS = httpx.Limits(
+    max_connections=CLIENT_CONNECTIONS,
+    max_keepalive_connections=CLIENT_CONNECTIONS,
+    keepalive_expiry=KEEPALIVE_EXPIRY,
+)
 
 
 class AsyncPooledClient:

@@ -69,6 +69,6 @@ class FencingMark(models.Model):
 
 
 # The journal's tables belong to this app (one migration history), kept in their own room.
-from .journal.models import Job, Run  # noqa: E402
+from .journal.models import Job, Notification, Run  # noqa: E402
 
-__all__ = ["FencingMark", "Job", "Lock", "Run"]
+__all__ = ["FencingMark", "Job", "Lock", "Notification", "Run"]

@@ -128,6 +128,18 @@ class Job(models.Model):
     runs_skipped = models.BigIntegerField(default=0)
     runs_error = models.BigIntegerField(default=0)
     runs_lost = models.BigIntegerField(default=0)
+    #: The alert thresholds its last run declared (``TSLOCK_SCHEDULES`` overrides): how many
+    #: failed runs in a row make it ``failing`` (``None``: 1), and how long a run may go on
+    #: before the job is ``running_long`` (seconds; ``None``: no bound).
+    failures_before_alert = models.PositiveIntegerField(null=True, blank=True)
+    max_duration = models.FloatField(null=True, blank=True)
+    #: Set by ``tslock pause`` (or the admin's action), cleared by ``tslock resume``: a
+    #: paused job's runs skip, and it raises no alert.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    #: The status the last :class:`Notification` of the name announced (empty: none yet,
+    #: which counts as ``ok``), and when it changed to it.
+    notified_status = models.CharField(max_length=16, blank=True)
+    notified_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "tslock_job"
@@ -139,3 +151,45 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return str(self.name)
+
+
+class Notification(models.Model):
+    """One change of a job's status, to be told to every channel of ``TSLOCK_ALERTS``
+    exactly once. Written (with ``Job.notified_status``) by the evaluator that saw the
+    change, under a lock of its own; ``delivered`` lists the channels that took it, and
+    ``sent_at`` is set once all have, so a channel that failed is tried again at the next
+    evaluation and one that succeeded is never sent it twice."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=NAME_LENGTH)
+    #: The new status and the one before it (``ok``, ``late``, ``failing``, ``running_long``).
+    status = models.CharField(max_length=16)
+    previous = models.CharField(max_length=16)
+    #: Why, in a sentence, scrubbed.
+    reason = models.TextField(blank=True)
+    #: When the change was seen.
+    at = models.DateTimeField()
+    last_started_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    #: The keys of the channels that accepted it, as a JSON list.
+    delivered = models.JSONField(default=list, blank=True)
+    #: When every channel had it; ``None`` while one is still to be tried.
+    sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    #: The last channel failure, scrubbed, at most 1,000 characters.
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        db_table = "tslock_notification"
+        verbose_name = "notification"
+        verbose_name_plural = "notifications"
+        default_permissions = ()
+        indexes = [
+            # A name's notifications, newest first (the Runs page's "last notification").
+            models.Index(fields=["name", "-id"], name="tslock_notice_name"),
+            # The ones still to send, oldest first.
+            models.Index(fields=["sent_at", "id"], name="tslock_notice_unsent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.previous} -> {self.status} at {self.at}"

@@ -20,7 +20,7 @@ _JOB_COLUMNS = (
     "name, provider, first_seen_at, schedule, grace, last_run_id, last_outcome, last_started_at, "
     "last_finished_at, last_duration, last_deadline, last_detail, last_success_at, last_success_run_id, "
     "last_success_duration, last_attempt_at, last_attempt_outcome, runs_succeeded, runs_failed, "
-    "runs_skipped, runs_error, runs_lost"
+    "runs_skipped, runs_error, runs_lost, failures_before_alert, max_duration, notified_status"
 )
 
 #: What a run's start writes on a name's ``Job`` row that exists already; a schedule
@@ -28,7 +28,10 @@ _JOB_COLUMNS = (
 _JOB_DESCRIBED = (
     "provider = EXCLUDED.provider, "
     "schedule = CASE WHEN %(scheduled)s THEN EXCLUDED.schedule ELSE job.schedule END, "
-    "grace = CASE WHEN %(scheduled)s THEN EXCLUDED.grace ELSE job.grace END"
+    "grace = CASE WHEN %(scheduled)s THEN EXCLUDED.grace ELSE job.grace END, "
+    "failures_before_alert = CASE WHEN %(scheduled)s THEN EXCLUDED.failures_before_alert "
+    "ELSE job.failures_before_alert END, "
+    "max_duration = CASE WHEN %(scheduled)s THEN EXCLUDED.max_duration ELSE job.max_duration END"
 )
 
 START = f"""
@@ -45,7 +48,8 @@ WITH lost AS (
 )
 INSERT INTO tslock_job AS job ({_JOB_COLUMNS})
 SELECT %(name)s, %(provider)s, %(now)s, %(schedule)s, %(grace)s, run.id, '{outcomes.RUNNING}', %(now)s,
-       NULL, NULL, %(deadline)s, '', NULL, NULL, NULL, NULL, '', 0, 0, 0, 0, (SELECT count(*) FROM lost)
+       NULL, NULL, %(deadline)s, '', NULL, NULL, NULL, NULL, '', 0, 0, 0, 0, (SELECT count(*) FROM lost),
+       %(failures_before_alert)s, %(max_duration)s, ''
 FROM run
 ON CONFLICT (name) DO UPDATE SET {_JOB_DESCRIBED},
     last_run_id = EXCLUDED.last_run_id, last_outcome = EXCLUDED.last_outcome,
@@ -65,7 +69,8 @@ WITH run AS (
 )
 INSERT INTO tslock_job AS job ({_JOB_COLUMNS})
 SELECT %(name)s, %(provider)s, %(now)s, %(schedule)s, %(grace)s, NULL, '', NULL, NULL, NULL, NULL, '',
-       NULL, NULL, NULL, %(now)s, %(outcome)s, 0, 0, %(skipped)s, %(errored)s, 0
+       NULL, NULL, NULL, %(now)s, %(outcome)s, 0, 0, %(skipped)s, %(errored)s, 0,
+       %(failures_before_alert)s, %(max_duration)s, ''
 FROM run
 ON CONFLICT (name) DO UPDATE SET {_JOB_DESCRIBED},
     last_attempt_at = EXCLUDED.last_attempt_at, last_attempt_outcome = EXCLUDED.last_attempt_outcome,
@@ -137,4 +142,16 @@ def job_description(name: str, provider: str, schedule: Any, now: datetime) -> d
         "scheduled": schedule is not None,
         "schedule": schedule.stored if schedule is not None else "",
         "grace": schedule.grace.total_seconds() if schedule is not None else None,
+        **threshold_columns(schedule),
+    }
+
+
+def threshold_columns(schedule: Any) -> dict[str, Any]:
+    """The ``Job`` columns of ``schedule``'s alert thresholds (both ``None`` without one)."""
+    if schedule is None:
+        return {"failures_before_alert": None, "max_duration": None}
+    bound = schedule.max_duration
+    return {
+        "failures_before_alert": schedule.failures_before_alert,
+        "max_duration": bound.total_seconds() if bound is not None else None,
     }

@@ -287,6 +287,7 @@ class RunRecorder:
         if schedule is not None:
             fields["schedule"] = schedule.stored
             fields["grace"] = schedule.grace.total_seconds()
+            fields.update(postgresql.threshold_columns(schedule))
         jobs = Job.objects.using(self.using).filter(name=self.name)
         if jobs.update(**fields, **changes):
             return

@@ -42,6 +42,8 @@ MIN_GRACE = timedelta(minutes=1)
 _ZONE_PREFIX = "CRON_TZ="
 #: The longest stored schedule: the width of ``Job.schedule``.
 STORED_LENGTH = 100
+#: The keys of a ``TSLOCK_SCHEDULES`` entry.
+ENTRY_KEYS = ("schedule", "grace", "tz", "failures_before_alert", "max_duration")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,10 @@ class Schedule:
     grace: timedelta
     #: Cron only: the IANA zone it is evaluated in; ``None``: ``settings.TIME_ZONE``.
     tz: str | None = None
+    #: How many failed runs in a row make the job ``failing``.
+    failures_before_alert: int = 1
+    #: How long a run may go on before the job is ``running_long``; ``None``: no bound.
+    max_duration: timedelta | None = None
 
     @property
     def is_cron(self) -> bool:
@@ -87,9 +93,15 @@ class Schedule:
 
 
 def parse_schedule(
-    schedule: object, grace: DurationLike | None = None, *, tz: object = None, field: str = "schedule"
+    schedule: object,
+    grace: DurationLike | None = None,
+    *,
+    tz: object = None,
+    failures_before_alert: object = None,
+    max_duration: object = None,
+    field: str = "schedule",
 ) -> Schedule:
-    """Read ``schedule``, ``grace`` and ``tz``.
+    """Read ``schedule``, ``grace``, ``tz`` and the alert thresholds.
 
     Args:
         schedule: a period (``"1h"``, ``timedelta``, seconds) or a five-field cron string.
@@ -97,6 +109,10 @@ def parse_schedule(
             time between two due times), at least one minute.
         tz: for a cron schedule, the IANA zone it is read in (``"Europe/Berlin"``);
             ``None``: ``settings.TIME_ZONE``, read when the schedule is evaluated.
+        failures_before_alert: how many failed runs in a row make the job ``failing``
+            (a whole number from 1; ``None``: 1).
+        max_duration: how long a run may go on before the job is ``running_long`` (a
+            duration; ``None``: no bound).
         field: the name the error messages use (e.g. ``TSLOCK_SCHEDULES['report']``).
 
     Raises:
@@ -136,7 +152,14 @@ def parse_schedule(
             chosen = parse_duration(grace, field="grace")
         except ValueError as err:
             raise ValueError(f"grace of {field} {schedule!r}: {err}") from None
-    found = Schedule(text=str(text), period=period, grace=chosen, tz=zone)
+    found = Schedule(
+        text=str(text),
+        period=period,
+        grace=chosen,
+        tz=zone,
+        failures_before_alert=_check_failures(failures_before_alert, field),
+        max_duration=_check_max_duration(max_duration, field),
+    )
     if len(found.stored) > STORED_LENGTH:
         with_zone = " with its zone" if zone else ""
         raise ValueError(
@@ -180,15 +203,44 @@ def configured_schedules(settings_value: object) -> dict[str, Schedule]:
             raise ValueError(
                 f"{where} must be a dict with a 'schedule' (and optionally a 'grace'), got {entry!r}"
             )
-        unknown = set(entry) - {"schedule", "grace", "tz"}
+        unknown = set(entry) - set(ENTRY_KEYS)
         if unknown:
             raise ValueError(
-                f"{where} has unknown keys {sorted(unknown)}; the keys are 'schedule', 'grace' and 'tz'"
+                f"{where} has unknown keys {sorted(unknown)}; the keys are "
+                + ", ".join(repr(key) for key in ENTRY_KEYS)
             )
         found[name] = parse_schedule(
-            entry["schedule"], entry.get("grace"), tz=entry.get("tz"), field=f"{where}['schedule']"
+            entry["schedule"],
+            entry.get("grace"),
+            tz=entry.get("tz"),
+            failures_before_alert=entry.get("failures_before_alert"),
+            max_duration=entry.get("max_duration"),
+            field=f"{where}['schedule']",
         )
     return found
+
+
+def _check_failures(value: object, field: str) -> int:
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"failures_before_alert of {field} is {value!r}; give a whole number of failed runs in a "
+            "row from 1 (1: alert on the first failure)"
+        )
+    return value
+
+
+def _check_max_duration(value: object, field: str) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        bound = parse_duration(value, field="max_duration")  # type: ignore[arg-type]
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"max_duration of {field}: {err}") from None
+    if bound <= timedelta(0):
+        raise ValueError(f"max_duration of {field} is {value!r}; give a positive duration, e.g. '30m'")
+    return bound
 
 
 def _check_cron(text: str, written: Any, field: str) -> None:

@@ -316,7 +316,7 @@ def test_a_command_example_checks_status_and_output() -> None:
     assert step.command == "python manage.py tslock overdue"
     assert (step.status, step.expected) == (1, ["late ... nightly"])
     assert printed("late ... nightly", "late     nightly: no success since ...")
-    assert not printed("late ... nightly", "up nightly")
+    assert not printed("late ... nightly", "ok nightly")
 
 
 # -- reference pages the code can contradict -----------------------------------------

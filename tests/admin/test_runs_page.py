@@ -118,7 +118,7 @@ def test_one_row_per_name_with_its_status_from_the_journal_rule(viewer: Client, 
 
     html = viewer.get(runs_url).content.decode()
     assert rows_of(html) == [
-        {"name": "a-up", "status": "up", "outcome": "succeeded"},
+        {"name": "a-up", "status": "ok", "outcome": "succeeded"},
         {"name": "b-late", "status": "late", "outcome": "succeeded"},
         {"name": "c-failing", "status": "failing", "outcome": "failed"},
         {"name": "d-new", "status": "new", "outcome": ""},
@@ -228,7 +228,7 @@ def test_filter_by_status(viewer: Client, runs_url: str) -> None:
     def shown(**params: str) -> list[str]:
         return names_of(viewer.get(runs_url, params).content.decode())
 
-    assert shown(status="up") == ["up-1"]
+    assert shown(status="ok") == ["up-1"]
     assert shown(status="late") == ["late-1", "never-1"]  # late-2's last run failed: failing comes first
     assert shown(status="failing") == ["failing-1", "late-2"]
     assert shown(status="new") == ["new-1"]

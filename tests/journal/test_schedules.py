@@ -1,4 +1,4 @@
-"""Schedules and the status rule: new, up, late, failing; bad values fail at import."""
+"""Schedules and the status rule: new, ok, late, failing; bad values fail at import."""
 
 from __future__ import annotations
 
@@ -88,8 +88,8 @@ def test_the_status_rule_for_a_period() -> None:
         last_success_at=T0 - timedelta(minutes=30),
     )
     up = status_of("j", ok, hourly, T0)
-    assert up.status == "up" and up.due_at == T0 + timedelta(minutes=30)
-    assert status_of("j", ok, hourly, T0 + timedelta(minutes=39)).status == "up", "within grace"
+    assert up.status == "ok" and up.due_at == T0 + timedelta(minutes=30)
+    assert status_of("j", ok, hourly, T0 + timedelta(minutes=39)).status == "ok", "within grace"
     late = status_of("j", ok, hourly, T0 + timedelta(minutes=41))
     assert late.status == "late" and late.due_at == T0 + timedelta(minutes=30) and "grace 10m" in late.reason
     failed = job(
@@ -119,13 +119,13 @@ def test_the_status_rule_for_cron() -> None:
         last_success_at=datetime(2026, 6, 2, 3, 1, tzinfo=timezone.utc),
     )
     up = status_of("j", done, nightly, at_4)
-    assert up.status == "up" and up.due_at == datetime(2026, 6, 3, 3, 0, tzinfo=timezone.utc)
+    assert up.status == "ok" and up.due_at == datetime(2026, 6, 3, 3, 0, tzinfo=timezone.utc)
     missed = job(
         last_started_at=T0,
         last_outcome=outcomes.SUCCEEDED,
         last_success_at=datetime(2026, 6, 1, 3, 1, tzinfo=timezone.utc),
     )
-    assert status_of("j", missed, nightly, datetime(2026, 6, 2, 3, 59, tzinfo=timezone.utc)).status == "up"
+    assert status_of("j", missed, nightly, datetime(2026, 6, 2, 3, 59, tzinfo=timezone.utc)).status == "ok"
     late = status_of("j", missed, nightly, at_4)
     assert late.status == "late" and late.due_at == datetime(2026, 6, 2, 3, 0, tzinfo=timezone.utc)
 
@@ -203,7 +203,7 @@ def test_a_name_first_seen_by_an_evaluation_keeps_that_time_when_it_first_runs(u
         [up] = statuses(using)
     row = Job.objects.using(using).get(name="nightly")
     assert from_db(row.first_seen_at) == T0 and row.runs_succeeded == 1
-    assert up.status == "up" and up.last_outcome == outcomes.SUCCEEDED
+    assert up.status == "ok" and up.last_outcome == outcomes.SUCCEEDED
 
 
 @override_settings(TIME_ZONE="Europe/Berlin")
@@ -219,6 +219,6 @@ def test_a_cron_job_done_at_the_first_of_two_repeated_times_is_not_late_in_the_s
         last_success_at=datetime(2026, 10, 25, 0, 32, tzinfo=timezone.utc),
     )
     up = status_of("j", done, nightly, datetime(2026, 10, 25, 1, 15, tzinfo=timezone.utc))
-    assert (up.status, up.due_at) == ("up", datetime(2026, 10, 26, 1, 30, tzinfo=timezone.utc)), up.reason
+    assert (up.status, up.due_at) == ("ok", datetime(2026, 10, 26, 1, 30, tzinfo=timezone.utc)), up.reason
     spring = datetime(2026, 3, 29, 1, 0, tzinfo=timezone.utc)  # 03:00 CEST, the skipped 02:30's stand-in
     assert nightly.last_due(spring) == spring

@@ -118,15 +118,15 @@ def succeeded_at(success: str) -> Job:
         # Spring forward: due at 03:00 CEST, late once grace has passed after it (within
         # grace the time shown is the next one). Read in UTC (TIME_ZONE) instead, the run
         # of 03:31 CET the day before would cover it.
-        ("2026-03-28T03:31:00+01:00", "2026-03-29T03:10:00+02:00", "up", "2026-03-30T02:30:00+02:00"),
+        ("2026-03-28T03:31:00+01:00", "2026-03-29T03:10:00+02:00", "ok", "2026-03-30T02:30:00+02:00"),
         ("2026-03-28T03:31:00+01:00", "2026-03-29T03:11:00+02:00", "late", "2026-03-29T03:00:00+02:00"),
-        ("2026-03-29T03:01:00+02:00", "2026-03-29T12:00:00+02:00", "up", "2026-03-30T02:30:00+02:00"),
+        ("2026-03-29T03:01:00+02:00", "2026-03-29T12:00:00+02:00", "ok", "2026-03-30T02:30:00+02:00"),
         # Fall back: due at the first 02:30 (CEST).
-        ("2026-10-24T02:31:00+02:00", "2026-10-25T02:39:00+02:00", "up", "2026-10-26T02:30:00+01:00"),
+        ("2026-10-24T02:31:00+02:00", "2026-10-25T02:39:00+02:00", "ok", "2026-10-26T02:30:00+01:00"),
         ("2026-10-24T02:31:00+02:00", "2026-10-25T02:41:00+02:00", "late", "2026-10-25T02:30:00+02:00"),
         # Done at the first 02:30: not due again at the second one (CET).
-        ("2026-10-25T02:32:00+02:00", "2026-10-25T02:15:00+01:00", "up", "2026-10-26T02:30:00+01:00"),
-        ("2026-10-25T02:32:00+02:00", "2026-10-25T02:45:00+01:00", "up", "2026-10-26T02:30:00+01:00"),
+        ("2026-10-25T02:32:00+02:00", "2026-10-25T02:15:00+01:00", "ok", "2026-10-26T02:30:00+01:00"),
+        ("2026-10-25T02:32:00+02:00", "2026-10-25T02:45:00+01:00", "ok", "2026-10-26T02:30:00+01:00"),
     ],
 )
 def test_late_or_not_at_instants_around_the_two_days(success: str, now: str, status: str, due: str) -> None:
@@ -212,7 +212,7 @@ def test_a_run_stores_its_zone_and_readers_evaluate_it(using: str) -> None:
         found = {s.name: s for s in statuses(using, now=at)}
         assert found["berlin-nightly"].status == "late" and found["berlin-nightly"].schedule.tz == BERLIN
         assert found["berlin-nightly"].as_json()["tz"] == BERLIN
-        assert found["utc-nightly"].status == "up" and found["utc-nightly"].as_json()["tz"] is None
+        assert found["utc-nightly"].status == "ok" and found["utc-nightly"].as_json()["tz"] is None
         # The grouped reading of the metrics and health check groups by the stored text.
         late = alerting(using, at, limit=10)
         assert [status.name for _, status in late.found] == ["berlin-nightly"]
@@ -246,7 +246,7 @@ def test_overdue_at_evaluates_as_of_the_instant_given(berlin_job: None) -> None:
     assert overdue("--at", "2026-03-29T03:10:00+02:00") == (0, "Every scheduled job is on time.\n")
     code, text = overdue("--at", "2026-03-29T03:11:00+02:00")
     assert code == 1 and text.startswith(
-        "late     nightly: due at 2026-03-29T01:00:00+00:00 and not done within"
+        "late         nightly: due at 2026-03-29T01:00:00+00:00 and not done within"
     )
     code, text = overdue("--json", "--at", "2026-03-29T01:11:00Z")
     [shown] = json.loads(text)
@@ -262,7 +262,7 @@ def test_overdue_at_another_instant_does_not_record_a_first_sight(berlin_job: No
     every later reader."""
     with override_settings(TSLOCK_SCHEDULES={"export": {"schedule": "1h"}}):
         code, text = overdue("--at", "2026-03-29T01:00:00Z")
-        assert code == 0 and text == "new      export: has never run\n"
+        assert code == 0 and text == "new          export: has never run\n"
         assert not Job.objects.filter(name="export").exists()
         overdue()
         assert Job.objects.filter(name="export").exists(), "now, as before, the first sight is recorded"

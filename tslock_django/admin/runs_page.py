@@ -3,7 +3,7 @@
 The Runs page lists the journal's ``Job`` table (one row per name, keyed by name) in
 name order with keyset pages: ``?after=NAME`` and ``?before=NAME``, never OFFSET, so the
 first page reads page-size rows at 10 or 10,000 names. Search (a substring of the name)
-and the outcome filter are SQL. A status (new, up, late, failing) is decided by the
+and the outcome filter are SQL. A status (new, ok, late, failing, ...) is decided by the
 journal's own rule (:func:`tslock_django.journal.status.status_of`), which needs the
 schedule and the clock: SQL narrows the candidates, the rule decides, and one page view
 reads at most ``SCAN_BATCHES`` batches of a page each; when that is not enough to fill a
@@ -39,8 +39,10 @@ from ..journal.models import Job, Run, journal_name
 from ..journal.recorder import from_db, journal_database, to_db
 from ..journal.schedules import Schedule
 from ..journal.status import (
+    FAILURES,
     STATUSES,
     JobStatus,
+    failures_in_a_row,
     job_schedule,
     outcome_now,
     record_first_seen,
@@ -276,16 +278,20 @@ def _status_filter(status: str, configured: set[str], now: datetime) -> Q:
     if status == UNSCHEDULED:
         return Q(schedule="") & ~Q(name__in=configured)
     scheduled = ~Q(schedule="") | Q(name__in=configured)
-    failing = Q(last_outcome__in=[outcomes.FAILED, outcomes.LOST]) | Q(
-        last_outcome=outcomes.RUNNING, last_deadline__lte=to_db(now)
-    )
+    if status == "paused":
+        return scheduled & ~Q(paused_at=None)
+    scheduled &= Q(paused_at=None)
+    failing = Q(last_outcome__in=list(FAILURES)) | Q(last_outcome=outcomes.RUNNING, last_deadline__lte=to_db(now))
     if status == "new":
         return scheduled & Q(last_started_at=None)
     if status == "failing":
         return scheduled & ~Q(last_started_at=None) & failing
+    if status == "running_long":
+        return scheduled & Q(last_outcome=outcomes.RUNNING)
     if status == "late":  # a name that never ran too, once its first due time has passed
-        return scheduled & ~failing
-    return scheduled & ~Q(last_started_at=None) & ~failing  # up: the rule decides
+        return scheduled
+    # ok: the rule decides (a failure below failures_before_alert is ok too)
+    return scheduled & ~Q(last_started_at=None)
 
 
 @dataclass
@@ -298,10 +304,15 @@ class JobPage:
 
 
 def _row(
-    admin: RunsAdmin, name: str, job: Job | None, configured: Mapping[str, Schedule], now: datetime
+    admin: RunsAdmin,
+    name: str,
+    job: Job | None,
+    configured: Mapping[str, Schedule],
+    now: datetime,
+    failures: int | None = None,
 ) -> JobRow:
     schedule = job_schedule(job, configured.get(name))
-    status = status_of(name, job, schedule, now) if schedule is not None else None
+    status = status_of(name, job, schedule, now, failures=failures) if schedule is not None else None
     last_outcome = ""
     if job is not None and job.last_outcome:
         last_outcome = outcome_now(job.last_outcome, from_db(job.last_deadline), now)
@@ -345,8 +356,11 @@ def read_jobs(
         if cursor:
             batch_query = query.filter(name__lt=cursor) if backward else query.filter(name__gt=cursor)
         batch = list(batch_query[: size + 1])
+        in_a_row = failures_in_a_row(
+            using, [(job, job_schedule(job, configured.get(job.name))) for job in batch], now
+        )
         for job in batch:
-            row = _row(admin, job.name, job, configured, now)
+            row = _row(admin, job.name, job, configured, now, in_a_row.get(job.name))
             if _wanted(row, filters.status):
                 found.append(row)
                 if len(found) > size:

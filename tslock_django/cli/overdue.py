@@ -1,6 +1,10 @@
-"""``tslock overdue [--json] [--at ISO-8601]``: the scheduled names that are late,
-failing or new, with the reason; ``--at`` evaluates the journal as it is at another
-instant (to check a schedule's zone and grace, daylight-saving days included).
+"""``tslock overdue [--json] [--at ISO-8601] [--notify]``: the scheduled names that are
+late, failing, running long, new or paused, with the reason; ``--at`` evaluates the
+journal as it is at another instant (to check a schedule's zone and grace,
+daylight-saving days included). ``--notify`` first evaluates the alerts
+(:mod:`tslock_django.alerts.evaluation`: records each change of status and sends what is
+unsent to the channels of ``TSLOCK_ALERTS``), as cron or a CronJob runs it every minute;
+a channel that fails is one line on stderr and changes nothing else.
 
 Exit status, for cron monitors and readiness probes: 0 when none is late or
 failing, 1 when any is, 2 when the journal could not be read (its database failed, it is
@@ -23,7 +27,10 @@ from ..core.scrubbing import cut, hide_secrets
 from ..journal.recorder import journal_database
 from ..journal.status import ALERTING, JobStatus, statuses
 
-HELP = "List scheduled jobs that are late or failing (exit 1 when any is, 2 when the journal cannot be read)."
+HELP = (
+    "List scheduled jobs that are late, failing or running long (exit 1 when any is, 2 when the "
+    "journal cannot be read); --notify also sends their changes of status to TSLOCK_ALERTS."
+)
 
 #: Exit statuses.
 ON_TIME, OVERDUE, UNREADABLE = 0, 1, 2
@@ -41,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ISO-8601",
         help="evaluate as of this instant instead of now, with an offset or Z "
         "(e.g. 2026-03-29T03:10:00+02:00); the journal is read as it is",
+    )
+    parser.add_argument(
+        "--notify",
+        action="store_true",
+        help="first record each change of a job's status and send it (and anything unsent) to the "
+        "channels of TSLOCK_ALERTS, once however many processes do this at once",
     )
 
 
@@ -70,8 +83,11 @@ def handle(command: BaseCommand, **options: Any) -> None:
     Raises:
         CommandError: exit status 1 when any is late or failing (after the list is
             printed); exit status 2, printing nothing, when the journal is off or its
-            settings or database failed.
+            settings or database failed (or, with ``--notify``, the evaluation could
+            not read or write it).
     """
+    if options.get("notify"):
+        _notify(command, options.get("at"))
     found = _read(options.get("at"))
     if options["json"]:
         shown = [{**s.as_json(), "reason": hide_secrets(s.reason)} for s in found]
@@ -80,16 +96,38 @@ def handle(command: BaseCommand, **options: Any) -> None:
         command.stdout.write("Every scheduled job is on time.")
     else:
         for s in found:
-            command.stdout.write(f"{s.status:<8} {visible(s.name)}: {visible(hide_secrets(s.reason))}")
+            command.stdout.write(f"{s.status:<12} {visible(s.name)}: {visible(hide_secrets(s.reason))}")
     if any(s.status in ALERTING for s in found):
-        raise CommandError("scheduled jobs are late or failing (listed above)", returncode=OVERDUE)
+        raise CommandError("scheduled jobs are late or failing or running long (listed above)", returncode=OVERDUE)
 
 
-def _read(at: datetime | None) -> list[JobStatus]:
-    """The names that are not up at ``at`` (default now), or a ``CommandError`` with
-    exit status 2."""
+def _notify(command: BaseCommand, at: datetime | None) -> None:
+    """Evaluate the alerts at ``at`` (default now); a channel's failure is a line on
+    stderr, the journal's (or the lock's) a ``CommandError`` with exit status 2."""
     from django.db import DatabaseError
 
+    from ..alerts.evaluation import evaluate
+    from ..exceptions import LockProviderError
+
+    using = _journal()
+    try:
+        done = evaluate(now=at, using=using, record=at is None)
+    except ValueError as err:  # TSLOCK_SCHEDULES or TSLOCK_ALERTS malformed
+        raise CommandError(str(err), returncode=UNREADABLE) from err
+    except (DatabaseError, LockProviderError) as err:
+        cause = " ".join(hide_secrets(f"{type(err).__name__}: {err}").split())
+        raise CommandError(
+            f"the alerts could not be evaluated on database {using!r}: {cut(cause, 300)}", returncode=UNREADABLE
+        ) from err
+    for key, error in sorted(done.failed.items()):
+        command.stderr.write(
+            f"tslock: channel {visible(key)} failed ({visible(cut(error, 300))}); "
+            "what it did not take is sent at the next evaluation"
+        )
+
+
+def _journal() -> str:
+    """The journal's database alias, or a ``CommandError`` with exit status 2."""
     try:
         using = journal_database()
     except ValueError as err:  # TSLOCK_JOURNAL malformed
@@ -99,10 +137,19 @@ def _read(at: datetime | None) -> list[JobStatus]:
             "the journal is off (TSLOCK_JOURNAL = None): tslock cannot tell whether jobs ran",
             returncode=UNREADABLE,
         )
+    return using
+
+
+def _read(at: datetime | None) -> list[JobStatus]:
+    """The names that are not ok at ``at`` (default now), or a ``CommandError`` with
+    exit status 2."""
+    from django.db import DatabaseError
+
+    using = _journal()
     try:
         # At another instant the journal is only read: a first sight dated then would
         # move a never-run name's first due time for every later reader.
-        return [s for s in statuses(using, now=at, record=at is None) if s.status != "up"]
+        return [s for s in statuses(using, now=at, record=at is None) if s.status != "ok"]
     except ValueError as err:  # TSLOCK_SCHEDULES malformed
         raise CommandError(str(err), returncode=UNREADABLE) from err
     except DatabaseError as err:

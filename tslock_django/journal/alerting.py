@@ -1,12 +1,15 @@
-"""Which scheduled names are late or failing, asked of the database in a few queries
-whatever the number of names: the metrics ask it at every scrape and the health check
-at every probe, and a name pattern such as ``sync-{account_id}`` makes thousands.
+"""Which scheduled names are late, failing or running long, asked of the database in a
+few queries whatever the number of names: the metrics ask it at every scrape, the health
+check at every probe and the alerts' evaluation every minute, and a name pattern such as
+``sync-{account_id}`` makes thousands.
 
-:func:`summary` is one aggregate over the ``Job`` table, grouped by the schedule and
-grace the names' runs declared: per group the number of names, their run counts, the
-oldest "since" (last success, else first seen) and how many ended failing or lost.
-:func:`alerting` reads that: a group with no failure whose oldest "since" is recent
-enough has no late name, so it is not read at all. The candidates of the other groups
+:func:`summary` is one aggregate over the ``Job`` table, grouped by the schedule, grace
+and ``max_duration`` the names' runs declared: per group the number of names, their run
+counts, the oldest "since" (last success, else first seen), the oldest start of a run
+still running, and how many ended failing or lost. :func:`alerting` reads that: a group
+with no failure whose oldest "since" is recent enough, and whose oldest running start is
+within its ``max_duration``, has no alerting name, so it is not read at all. Paused names
+are never candidates. The candidates of the other groups
 (and the names of ``TSLOCK_SCHEDULES``, which override a declared schedule) are
 fetched by name, at most a bounded number, and the journal's rule
 (:func:`.status.status_of`) decides each: the SQL only narrows, the rule stays in one
@@ -28,7 +31,7 @@ from . import outcomes
 from .models import Job, journal_name
 from .recorder import from_db, to_db
 from .schedules import Schedule, stored_schedule
-from .status import ALERTING, JobStatus, job_schedule, record_first_seen, schedules_from_settings, status_of
+from .status import ALERTING, FAILURES, JobStatus, judge, record_first_seen, schedules_from_settings
 
 #: The ``Job`` columns counting runs by outcome.
 RUN_FIELDS = ("runs_succeeded", "runs_failed", "runs_lost", "runs_skipped", "runs_error")
@@ -46,8 +49,12 @@ class Group:
     names: int
     #: The oldest of the names' last success (first seen, for a name without one).
     oldest_since: datetime | None
-    #: Names whose last run failed, was lost, or is running past its deadline.
+    #: Names whose last run failed, errored, was lost, or is running past its deadline.
     failing: int
+    #: The names' ``max_duration`` (seconds), and the oldest start of their runs still
+    #: ``running`` (``None`` when none is).
+    max_duration: float | None = None
+    oldest_running: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ class Summary:
 
 @dataclass(frozen=True)
 class Alerting:
-    """The late or failing scheduled names."""
+    """The late, failing or running-long scheduled names."""
 
     count: int
     #: The first of them by name (at most the ``limit`` asked for), each with its
@@ -71,8 +78,9 @@ class Alerting:
 
 
 def failing_now(now: datetime) -> Q:
-    """Rows whose last run failed or was lost, as :func:`.status.outcome_now` sees it."""
-    return Q(last_outcome__in=[outcomes.FAILED, outcomes.LOST]) | Q(
+    """Rows whose last run failed, errored or was lost, as :func:`.status.outcome_now`
+    sees it."""
+    return Q(last_outcome__in=list(FAILURES)) | Q(
         last_outcome=outcomes.RUNNING, last_deadline__lte=to_db(now)
     )
 
@@ -82,10 +90,11 @@ def summary(using: str, now: datetime, *, runs: bool = True) -> Summary:
     the run counts are left out (all zero), which the health check does not need."""
     rows = (
         Job.objects.using(using)
-        .values("schedule", "grace")
+        .values("schedule", "grace", "max_duration")
         .annotate(
             names=Count("pk"),
             oldest_since=Min(Coalesce("last_success_at", "first_seen_at")),
+            oldest_running=Min("last_started_at", filter=Q(last_outcome=outcomes.RUNNING)),
             failing=Count("pk", filter=failing_now(now)),
             **{column: Sum(column) for column in (RUN_FIELDS if runs else ())},
         )
@@ -98,7 +107,15 @@ def summary(using: str, now: datetime, *, runs: bool = True) -> Summary:
         for column in RUN_FIELDS:
             totals[column] += counted.get(column) or 0
         groups.append(
-            Group(row["schedule"], row["grace"], row["names"], from_db(row["oldest_since"]), row["failing"])
+            Group(
+                row["schedule"],
+                row["grace"],
+                row["names"],
+                from_db(row["oldest_since"]),
+                row["failing"],
+                row["max_duration"],
+                from_db(row["oldest_running"]),
+            )
         )
     return Summary(sum(g.names for g in groups), totals, groups)
 
@@ -114,10 +131,19 @@ def late_before(schedule: Schedule, now: datetime) -> datetime | None:
 
 
 def alerting(
-    using: str, now: datetime, *, limit: int, groups: list[Group] | None = None, evaluate: int = EVALUATED
+    using: str,
+    now: datetime,
+    *,
+    limit: int,
+    groups: list[Group] | None = None,
+    evaluate: int = EVALUATED,
+    record: bool = True,
 ) -> Alerting:
-    """The late or failing scheduled names at ``now``: how many, and the first ``limit``
-    by name with their rows. ``groups`` is :func:`summary`'s, when the caller has it.
+    """The late, failing or running-long scheduled names at ``now``: how many, and the
+    first ``limit`` by name with their rows. ``groups`` is :func:`summary`'s, when the
+    caller has it. Without ``record``, a name of ``TSLOCK_SCHEDULES`` the journal has not
+    seen is not given its row (an evaluation at another instant than now must not date
+    a first sight).
 
     Raises:
         ValueError: ``TSLOCK_SCHEDULES`` is malformed.
@@ -126,7 +152,7 @@ def alerting(
     # Names as journaled (a long name's stand-in); a configured name the journal has not
     # seen yet gets its row now (its "first seen"), else it could never become late.
     configured = {journal_name(name): schedule for name, schedule in schedules_from_settings().items()}
-    if configured:
+    if configured and record:
         seen = set(Job.objects.using(using).filter(name__in=list(configured)).values_list("name", flat=True))
         record_first_seen(using, set(configured) - seen, now)
     if groups is None:
@@ -146,17 +172,15 @@ def alerting(
     )
     evaluate = max(evaluate, limit)
     rows = list(candidates.order_by("name")[:evaluate])
-    found: list[tuple[Job, JobStatus]] = []
-    for job in rows:
-        status = status_of(job.name, job, job_schedule(job, configured.get(job.name)), now)
-        if status.status in ALERTING:
-            found.append((job, status))
+    judged = judge(using, {job.name: job for job in rows}, configured, now)
+    found = [(job, judged[job.name]) for job in rows if judged[job.name].status in ALERTING]
     unjudged = candidates.count() - evaluate if len(rows) == evaluate else 0
     return Alerting(len(found) + unjudged, found[:limit])
 
 
 def _suspects(group: Group, now: datetime) -> Q | None:
-    """The rows of ``group`` that may be late or failing, or ``None`` when none can be."""
+    """The rows of ``group`` that may be late, failing or running long, or ``None`` when
+    none can be."""
     if not group.schedule:
         return None
     grace = timedelta(seconds=group.grace) if group.grace is not None else None
@@ -165,14 +189,21 @@ def _suspects(group: Group, now: datetime) -> Q | None:
     except ValueError:  # a schedule an older release accepted: it can fail, not be late
         threshold = None
     may_be_late = threshold is not None and group.oldest_since is not None and group.oldest_since < threshold
-    if not may_be_late and not group.failing:
+    started_before = now - timedelta(seconds=group.max_duration) if group.max_duration is not None else None
+    may_run_long = (
+        started_before is not None and group.oldest_running is not None and group.oldest_running < started_before
+    )
+    if not may_be_late and not may_run_long and not group.failing:
         return None
     which = failing_now(now)
     if may_be_late:
         assert threshold is not None  # checked above
         which |= Q(since__lt=to_db(threshold))
-    return (
-        Q(schedule=group.schedule, grace=group.grace) & which
-        if group.grace is not None
-        else (Q(schedule=group.schedule, grace=None) & which)
-    )
+    if may_run_long:
+        assert started_before is not None  # checked above
+        which |= Q(last_outcome=outcomes.RUNNING, last_started_at__lt=to_db(started_before))
+    # NULL is not equal to NULL in SQL: a group without grace or bound says so with isnull.
+    same = Q(schedule=group.schedule)
+    same &= Q(grace=group.grace) if group.grace is not None else Q(grace=None)
+    same &= Q(max_duration=group.max_duration) if group.max_duration is not None else Q(max_duration=None)
+    return same & Q(paused_at=None) & which

@@ -211,6 +211,10 @@ class RunRecorder:
             self._finish(now, outcome, duration, detail)
 
         self._write(finish)
+        if not self.missed:  # a run's end is when a job turns failing or recovers
+            from ..alerts.after_run import after_run
+
+            after_run(self.using, self.name)
 
     def not_run(self, err: BaseException) -> None:
         """The lock was taken but the job never started (its caller was cancelled on

@@ -1,29 +1,33 @@
-"""Reading the journal: whether each scheduled job is new, up, late or failing; a
-name's runs newest first; and a run's outcome as it stands now (``lost`` once a
-``running`` row's deadline has passed).
+"""Reading the journal: each scheduled job's status; a name's runs newest first; and a
+run's outcome as it stands now (``lost`` once a ``running`` row's deadline has passed).
 
-The status rule, like a check of healthchecks.io:
+The status rule, like a check of healthchecks.io (first match wins):
+- *paused*: ``tslock pause`` set ``Job.paused_at`` (listed, never alerting);
 - *new*: the name has never run, and its first due time since the journal first saw
   it has not passed by more than grace (listed, not alerting);
 - *late*, "never ran": the name has never run and that first due time plus grace has
   passed (a crontab line that was never installed alerts);
-- *failing*: its last finished run failed or was lost;
+- *running_long*: its last run is still running (not lost) and started more than the
+  schedule's ``max_duration`` ago;
+- *failing*: its last ``failures_before_alert`` runs (1 unless set) failed, errored or
+  were lost, in a row;
 - *late*: a period schedule whose last success is older than one period plus grace; a
   cron schedule with no success since its last due time, once grace has passed (a
   name that never succeeded counts from when it was first seen);
-- *up*: none of these.
+- *ok*: none of these.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Q
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
 
 from ..core.human import format_duration
 from ..core.times import format_time
@@ -32,9 +36,11 @@ from .models import Job, Run, journal_name
 from .recorder import from_db, to_db
 from .schedules import Schedule, configured_schedules, stored_schedule
 
-#: The statuses that make ``tslock overdue`` exit 1.
-ALERTING = ("late", "failing")
-STATUSES = ("new", "up", "late", "failing")
+#: The statuses that make ``tslock overdue`` exit 1 (and that a notification announces).
+ALERTING = ("late", "failing", "running_long")
+STATUSES = ("new", "ok", "late", "failing", "running_long", "paused")
+#: The outcomes (as of now) that count towards ``failing``.
+FAILURES = (outcomes.FAILED, outcomes.ERROR, outcomes.LOST)
 
 
 def outcome_now(outcome: str, deadline: datetime | None, now: datetime) -> str:
@@ -93,14 +99,30 @@ def job_schedule(job: Job | None, configured: Schedule | None) -> Schedule | Non
         return None
     grace = timedelta(seconds=job.grace) if job.grace is not None else None
     try:
-        return stored_schedule(job.schedule, grace)
+        stored = stored_schedule(job.schedule, grace)
     except ValueError:  # a schedule an older release accepted; not this reader's to fail on
         return None
+    bound = timedelta(seconds=job.max_duration) if job.max_duration is not None else None
+    return replace(stored, failures_before_alert=job.failures_before_alert or 1, max_duration=bound)
 
 
-def status_of(name: str, job: Job | None, schedule: Schedule | None, now: datetime) -> JobStatus:
+def status_of(
+    name: str, job: Job | None, schedule: Schedule | None, now: datetime, *, failures: int | None = None
+) -> JobStatus:
     """The status of one name at ``now`` (see the module's rule). ``job`` is ``None``
-    for a name the journal has not seen before ``now``."""
+    for a name the journal has not seen before ``now``. ``failures`` is how many of the
+    name's newest runs failed in a row (:func:`failures_in_a_row`); ``None`` counts
+    only the last run, enough where ``failures_before_alert`` is 1."""
+    found = _status(name, job, schedule, now, failures)
+    if job is not None and job.paused_at is not None:
+        paused = f"paused since {format_time(from_db(job.paused_at))}"
+        return replace(found, status="paused", reason=paused)
+    return found
+
+
+def _status(
+    name: str, job: Job | None, schedule: Schedule | None, now: datetime, failures: int | None
+) -> JobStatus:
     if job is None or job.last_started_at is None:
         return _never_ran(name, job, schedule, now)
     started = from_db(job.last_started_at)
@@ -119,13 +141,23 @@ def status_of(name: str, job: Job | None, schedule: Schedule | None, now: dateti
         "detail": job.last_detail,
     }
     due = _due(schedule, success or from_db(job.first_seen_at), success is not None, now)
-    if outcome == outcomes.FAILED:
-        reason = f"last run failed at {format_time(finished or started)}"
-        if job.last_detail:
-            reason += f": {job.last_detail}"
-        return JobStatus(name, "failing", reason, due_at=due, **common)
-    if outcome == outcomes.LOST:
-        reason = f"last run (started {format_time(started)}) was lost: its lock ended without a result"
+    bound = schedule.max_duration if schedule is not None else None
+    if outcome == outcomes.RUNNING and bound is not None and now - started > bound:
+        reason = (
+            f"running since {format_time(started)}, longer than its max_duration {format_duration(bound)}"
+        )
+        return JobStatus(name, "running_long", reason, due_at=due, **common)
+    needed = schedule.failures_before_alert if schedule is not None else 1
+    in_a_row = failures if failures is not None else 1
+    if outcome in FAILURES and in_a_row >= needed:
+        if outcome == outcomes.LOST:
+            reason = f"last run (started {format_time(started)}) was lost: its lock ended without a result"
+        else:
+            reason = f"last run {outcome} at {format_time(finished or started)}"
+            if job.last_detail:
+                reason += f": {job.last_detail}"
+        if needed > 1:
+            reason = f"{in_a_row} runs in a row failed; {reason}"
         return JobStatus(name, "failing", reason, due_at=due, **common)
     if schedule is not None and due is not None and now > due + schedule.grace:
         since = f"last success {format_time(success)}" if success else "no success yet"
@@ -134,7 +166,62 @@ def status_of(name: str, job: Job | None, schedule: Schedule | None, now: dateti
         )
         return JobStatus(name, "late", reason, due_at=due, **common)
     next_due = due if due is not None and due > now else (schedule.next_due(now) if schedule else None)
-    return JobStatus(name, "up", "on time" if schedule else "not scheduled", due_at=next_due, **common)
+    reason = "on time" if schedule else "not scheduled"
+    if outcome in FAILURES:  # below its failures_before_alert
+        reason = f"last run {outcome}, {in_a_row} of {needed} failures in a row before it is failing"
+    return JobStatus(name, "ok", reason, due_at=next_due, **common)
+
+
+def failures_in_a_row(
+    using: str, jobs: Iterable[tuple[Job, Schedule | None]], now: datetime
+) -> dict[str, int]:
+    """How many of each name's newest runs failed, errored or were lost in a row (skips
+    do not count and do not break a row), for the names whose last run is a failure and
+    whose ``failures_before_alert`` is more than 1; counted up to that number. One query,
+    reading at most that many runs of each name (its ``(name, started_at)`` index)."""
+    needed: dict[str, int] = {}
+    for job, schedule in jobs:
+        threshold = schedule.failures_before_alert if schedule is not None else 1
+        last = outcome_now(job.last_outcome, from_db(job.last_deadline), now)
+        if threshold > 1 and last in FAILURES:
+            needed[job.name] = threshold
+    if not needed:
+        return {}
+    newest = Window(RowNumber(), partition_by=[F("name")], order_by=[F("started_at").desc(), F("id").desc()])
+    rows = (
+        Run.objects.using(using)
+        .filter(name__in=list(needed))
+        .exclude(outcome=outcomes.SKIPPED)
+        .annotate(place=newest)
+        .filter(place__lte=max(needed.values()))
+        .order_by("name", "place")
+        .values_list("name", "outcome", "deadline")
+    )
+    counted = dict.fromkeys(needed, 0)
+    broken: set[str] = set()
+    for name, outcome, deadline in rows:
+        if name in broken or counted[name] >= needed[name]:
+            continue
+        if outcome_now(outcome, from_db(deadline), now) in FAILURES:
+            counted[name] += 1
+        else:
+            broken.add(name)
+    return counted
+
+
+def judge(
+    using: str, rows: Mapping[str, Job | None], configured: Mapping[str, Schedule], now: datetime
+) -> dict[str, JobStatus]:
+    """The status of each name of ``rows`` (its ``Job`` row, or ``None``) at ``now``,
+    with its failed runs in a row counted where its threshold needs them."""
+    schedules = {name: job_schedule(job, configured.get(name)) for name, job in rows.items()}
+    in_a_row = failures_in_a_row(
+        using, [(job, schedules[name]) for name, job in rows.items() if job is not None], now
+    )
+    return {
+        name: status_of(name, job, schedules[name], now, failures=in_a_row.get(name))
+        for name, job in rows.items()
+    }
 
 
 def _due(
@@ -222,11 +309,8 @@ def statuses(
     if record:
         unseen = {name for name in wanted if name in configured} - set(rows)
         rows.update(record_first_seen(using, unseen, now))
-    found = []
-    for name in sorted(wanted):
-        job = rows.get(name)
-        found.append(status_of(name, job, job_schedule(job, configured.get(name)), now))
-    return found
+    judged = judge(using, {name: rows.get(name) for name in wanted}, configured, now)
+    return [judged[name] for name in sorted(wanted)]
 
 
 def runs(

@@ -1,0 +1,108 @@
+"""Evaluating the alerts when a journaled run ends, off the job's path.
+
+The end of a run is when a job turns ``failing`` or recovers, so the recorder hands
+the name here (:func:`after_run`) once its last write is committed. When
+``TSLOCK_ALERTS`` has channels, one background thread per process evaluates
+(:func:`~tslock_django.alerts.evaluation.evaluate`) the names handed to it, in turn;
+the decorated call, the command or ``tslock run`` returns without waiting for it, and
+nothing it does (a channel that fails or hangs, a journal that cannot be read) reaches
+the job's outcome or exit status: it is one warning in the ``tslock_django`` log. At
+the interpreter's exit the thread is given :data:`EXIT_WAIT` seconds to finish; a
+change it had no time to send is sent by the next evaluation (``tslock overdue
+--notify``, or the next run's end).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Mapping
+from functools import partial
+
+from django.conf import settings
+from django.db import connections, transaction
+
+from ..core.scrubbing import hide_secrets
+from ..journal.recorder import message_of
+
+logger = logging.getLogger("tslock_django")
+
+#: How long (seconds) the interpreter's exit waits for an evaluation under way.
+EXIT_WAIT = 10.0
+
+_mutex = threading.Lock()
+#: (journal alias, name) pairs waiting for the evaluator thread.
+_pending: set[tuple[str, str]] = set()
+_worker: threading.Thread | None = None
+_exit_hook = False
+
+
+def alerts_configured() -> bool:
+    """Whether ``TSLOCK_ALERTS`` names any channel (read cheaply on the job's path; a
+    malformed value counts as configured, so that the evaluation reports it)."""
+    configured = getattr(settings, "TSLOCK_ALERTS", None)
+    if not configured:
+        return False
+    return not isinstance(configured, Mapping) or bool(configured.get("channels"))
+
+
+def after_run(using: str, name: str) -> None:
+    """Evaluate ``name`` (and every other candidate) in the background once the
+    journal's transaction on ``using`` commits; nothing when no channel is configured.
+    Never raises."""
+    try:
+        if alerts_configured():
+            transaction.on_commit(partial(_enqueue, using, name), using=using)
+    except Exception as err:  # noqa: BLE001 - the job must not notice the alerts
+        logger.warning("tslock: the alerts were not evaluated after %r: %s", name, type(err).__name__)
+
+
+def _enqueue(using: str, name: str) -> None:
+    global _worker, _exit_hook
+    with _mutex:
+        _pending.add((using, name))
+        if _worker is not None:
+            return  # the running thread takes it on its next turn
+        _worker = threading.Thread(target=_work, name="tslock-alerts", daemon=True)
+        if not _exit_hook:
+            atexit.register(wait, EXIT_WAIT)
+            _exit_hook = True
+        _worker.start()
+
+
+def _work() -> None:
+    global _worker
+    from .evaluation import evaluate
+
+    try:
+        while True:
+            with _mutex:
+                if not _pending:
+                    _worker = None
+                    return
+                taken = sorted(_pending)
+                _pending.clear()
+            for using in sorted({alias for alias, _ in taken}):
+                names = [name for alias, name in taken if alias == using]
+                try:
+                    evaluate(using=using, names=names)
+                except Exception as err:  # noqa: BLE001 - logged; the next evaluation retries
+                    text = " ".join(hide_secrets(message_of(err)).split())
+                    logger.warning("tslock: the alerts could not be evaluated after a run: %s", text[:300])
+    finally:
+        with _mutex:
+            if _worker is threading.current_thread():  # it stopped on an unexpected error
+                _worker = None
+        connections.close_all()  # this thread's own connections
+
+
+def wait(timeout: float) -> bool:
+    """Wait at most ``timeout`` seconds for the evaluations under way in this process;
+    ``True`` when none is left."""
+    with _mutex:
+        running = _worker
+    if running is not None:
+        running.join(timeout)
+        return not running.is_alive()
+    return True

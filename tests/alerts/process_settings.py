@@ -10,12 +10,17 @@ from testproject.settings import *  # noqa: F403
 
 _channels: list[dict[str, object]] = []
 if os.environ.get("ALERTS_URL"):
-    _channels.append({"BACKEND": "tests.alerts.channels.Posting", "OPTIONS": {"url": os.environ["ALERTS_URL"]}})
+    _channels.append(
+        {"BACKEND": "tests.alerts.channels.Posting", "OPTIONS": {"url": os.environ["ALERTS_URL"]}}
+    )
 if os.environ.get("ALERTS_FILE"):
     _channels.append(
         {
             "BACKEND": "tests.alerts.channels.Appending",
-            "OPTIONS": {"path": os.environ["ALERTS_FILE"], "delay": float(os.environ.get("ALERTS_DELAY", "0"))},
+            "OPTIONS": {
+                "path": os.environ["ALERTS_FILE"],
+                "delay": float(os.environ.get("ALERTS_DELAY", "0")),
+            },
         }
     )
 TSLOCK_ALERTS = {"channels": _channels}

@@ -281,7 +281,9 @@ def _status_filter(status: str, configured: set[str], now: datetime) -> Q:
     if status == "paused":
         return scheduled & ~Q(paused_at=None)
     scheduled &= Q(paused_at=None)
-    failing = Q(last_outcome__in=list(FAILURES)) | Q(last_outcome=outcomes.RUNNING, last_deadline__lte=to_db(now))
+    failing = Q(last_outcome__in=list(FAILURES)) | Q(
+        last_outcome=outcomes.RUNNING, last_deadline__lte=to_db(now)
+    )
     if status == "new":
         return scheduled & Q(last_started_at=None)
     if status == "failing":

@@ -98,7 +98,9 @@ def handle(command: BaseCommand, **options: Any) -> None:
         for s in found:
             command.stdout.write(f"{s.status:<12} {visible(s.name)}: {visible(hide_secrets(s.reason))}")
     if any(s.status in ALERTING for s in found):
-        raise CommandError("scheduled jobs are late or failing or running long (listed above)", returncode=OVERDUE)
+        raise CommandError(
+            "scheduled jobs are late or failing or running long (listed above)", returncode=OVERDUE
+        )
 
 
 def _notify(command: BaseCommand, at: datetime | None) -> None:
@@ -117,7 +119,8 @@ def _notify(command: BaseCommand, at: datetime | None) -> None:
     except (DatabaseError, LockProviderError) as err:
         cause = " ".join(hide_secrets(f"{type(err).__name__}: {err}").split())
         raise CommandError(
-            f"the alerts could not be evaluated on database {using!r}: {cut(cause, 300)}", returncode=UNREADABLE
+            f"the alerts could not be evaluated on database {using!r}: {cut(cause, 300)}",
+            returncode=UNREADABLE,
         ) from err
     for key, error in sorted(done.failed.items()):
         command.stderr.write(

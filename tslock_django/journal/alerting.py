@@ -171,7 +171,7 @@ def alerting(
         .filter(reduce(or_, wanted))
     )
     evaluate = max(evaluate, limit)
-    rows = list(candidates.order_by("name")[:evaluate])
+    rows: list[Job] = list(candidates.order_by("name")[:evaluate])
     judged = judge(using, {job.name: job for job in rows}, configured, now)
     found = [(job, judged[job.name]) for job in rows if judged[job.name].status in ALERTING]
     unjudged = candidates.count() - evaluate if len(rows) == evaluate else 0
@@ -191,7 +191,9 @@ def _suspects(group: Group, now: datetime) -> Q | None:
     may_be_late = threshold is not None and group.oldest_since is not None and group.oldest_since < threshold
     started_before = now - timedelta(seconds=group.max_duration) if group.max_duration is not None else None
     may_run_long = (
-        started_before is not None and group.oldest_running is not None and group.oldest_running < started_before
+        started_before is not None
+        and group.oldest_running is not None
+        and group.oldest_running < started_before
     )
     if not may_be_late and not may_run_long and not group.failing:
         return None

@@ -114,9 +114,9 @@ def status_of(
     name's newest runs failed in a row (:func:`failures_in_a_row`); ``None`` counts
     only the last run, enough where ``failures_before_alert`` is 1."""
     found = _status(name, job, schedule, now, failures)
-    if job is not None and job.paused_at is not None:
-        paused = f"paused since {format_time(from_db(job.paused_at))}"
-        return replace(found, status="paused", reason=paused)
+    paused_at = from_db(job.paused_at) if job is not None else None
+    if paused_at is not None:
+        return replace(found, status="paused", reason=f"paused since {format_time(paused_at)}")
     return found
 
 

@@ -116,7 +116,7 @@ class _Hook(BaseHTTPRequestHandler):
 def failing_run(env: dict[str, str], receiver: Receiver) -> None:
     """A run that fails: one email and one webhook say so, and evaluating again (as cron
     would every minute with `tslock overdue --notify`) sends nothing more."""
-    mail = ROOT / "var" / "demo-mail"
+    mail = Path(env["DEMO_MAIL_DIR"])
     shutil.rmtree(mail, ignore_errors=True)
     receiver.notices.clear()
     step("a run that fails (manage.py demo_report --seconds -1)")
@@ -142,6 +142,7 @@ def main() -> None:
         threading.Thread(target=receiver.serve_forever, name="webhook", daemon=True).start()
         stack.callback(receiver.shutdown)
         env.update(DEMO_ALERT_WEBHOOK=receiver.url, DEMO_ALERT_SECRET=receiver.secret.decode())
+        env.setdefault("DEMO_MAIL_DIR", str(ROOT / "var" / "demo-mail"))
         if os.environ.get("PROVIDER", "") == "edge":
             from tslock_django.worker.runtime import LocalWorker
 

@@ -5,7 +5,7 @@ Environment:
     TSLOCK_URL     the default lock provider (default: db://default)
     TSLOCK_EDGE_URL  an extra provider "edge" (e.g. cloudflare-do+http://TOKEN@127.0.0.1:8787/)
     DEMO_ALERT_WEBHOOK  with DEMO_ALERT_SECRET: `make demo`'s alerts, to this webhook and by
-                   email to ADMINS, written as files under var/demo-mail
+                   email to ADMINS, written as files in DEMO_MAIL_DIR (default var/demo-mail)
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ if env.str("DEMO_ALERT_WEBHOOK", default=""):
     ADMINS = [("Demo operator", "operator@example.com")]
     SERVER_EMAIL = "tslock-demo@example.com"
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
-    EMAIL_FILE_PATH = BASE_DIR / "var" / "demo-mail"
+    EMAIL_FILE_PATH = env.str("DEMO_MAIL_DIR", default=str(BASE_DIR / "var" / "demo-mail"))
     TSLOCK_ALERTS = {
         "channels": [
             {"BACKEND": "tslock_django.alerts.EmailChannel"},

@@ -5,7 +5,7 @@
 (``/ping/<ping-key>/<slug>``, ``.../start``, ``.../fail``): ``200 OK`` for a known
 slug, ``201 Created`` for an unknown one pinged with ``create=1`` (it then exists),
 ``404 not found`` for an unknown slug without it or for another ping key. Each request is
-recorded (method, path, query, body). ``delay`` holds every answer that long;
+recorded as it arrives (method, path, query, body). ``delay`` holds every answer that long;
 ``status`` answers every ping with that status instead.
 
 :class:`SentryServer` is a Sentry DSN's ingest endpoint: it takes
@@ -120,9 +120,9 @@ class HealthchecksServer(_Server):
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                status, text = server._answer(self.command, self.path, body)  # recorded on arrival
                 if server.delay:
                     server._released.wait(server.delay)
-                status, text = server._answer(self.command, self.path, body)
                 payload = text.encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain; charset=utf-8")

@@ -71,7 +71,7 @@ class Sender:
             if len(self._queue) >= self.limit:
                 self._queue.popleft()
                 warn_once(
-                    "queue-full",
+                    f"queue-full:{id(self)}",
                     "tslock: the monitors' queue is full (%d pings wait for a slow or unreachable "
                     "monitor); the oldest are dropped (this is logged once)",
                     self.limit,

@@ -6,6 +6,7 @@ monitor changes nothing about the job."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -13,13 +14,15 @@ from collections.abc import Iterator
 from io import StringIO
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connections
 from django.test import override_settings
 
 from tests.monitors.servers import HealthchecksServer, Ping
 from tests.test_decorator import BrokenStore  # noqa: F401  (the BACKEND below names it)
-from tslock_django import LockConfiguration, providers
+from tslock_django import LockConfiguration, alock, providers
 from tslock_django.journal import outcomes
 from tslock_django.journal.models import Run
 from tslock_django.monitors.sender import sender
@@ -196,3 +199,21 @@ def test_a_monitor_answering_an_error_is_logged_with_its_status_not_the_key(
         assert sender().drain(10)
     told = [record.getMessage() for record in caplog.records if "healthchecks" in record.getMessage()]
     assert len(told) == 2 and "HTTP 503" in told[1]
+
+
+def test_async_runs_are_pinged_like_sync_ones(hc: HealthchecksServer) -> None:
+    async def main() -> None:
+        try:
+            async with alock("async-scheduled", "1m", journal=True):
+                pass
+            with pytest.raises(ValueError):
+                async with alock("async-scheduled", "1m", journal=True):
+                    raise ValueError("async job broke")
+        finally:
+            await sync_to_async(connections.close_all, thread_sensitive=True)()
+
+    with override_settings(TSLOCK_SCHEDULES={"async-scheduled": {"schedule": "15m"}}):
+        asyncio.run(main())
+    found = pings(hc)
+    assert [ping.kind for ping in found] == ["start", "success", "start", "fail"]
+    assert found[3].body == "ValueError: async job broke"

@@ -44,8 +44,9 @@ def test_the_ping_key_stays_out_of_the_repr() -> None:
         ({"healthchecks": {**HC, "url": "https://hc.example.com/?a=1"}}, "no query"),
         ({"healthchecks": {**HC, "url": "https://u:pw@hc.example.com"}}, "carries credentials"),
         ({"healthchecks": {"url": "https://hc.example.com"}}, "['ping_key'] must be the project's ping key"),
-        ({"healthchecks": {**HC, "ping_key": " "}}, "got an empty one"),
-        ({"healthchecks": {**HC, "ping_key": "a/b"}}, "got a text with '/'"),
+        ({"healthchecks": {**HC, "ping_key": " "}}, "got an empty text"),
+        ({"healthchecks": {**HC, "ping_key": "a/b c"}}, "'-' and '_'), got a text with other"),
+        ({"healthchecks": {**HC, "ping_key": 42}}, "got int"),
     ],
 )
 def test_a_malformed_setting_says_what_is_wrong_and_what_is_right(value: object, message: str) -> None:

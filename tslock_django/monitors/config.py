@@ -7,6 +7,7 @@ setting is replaced (``override_settings`` or another object in its place).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -20,6 +21,10 @@ _SHAPE = (
     "{'healthchecks': {'url': 'https://hc.example.com', 'ping_key': '<the project's ping key>'}, "
     "'sentry': {}} (either or both)"
 )
+
+
+#: What a Healthchecks ping key is made of (its URLs match it as a Django ``slug``).
+_PING_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class InvalidMonitors(ImproperlyConfigured):
@@ -103,13 +108,14 @@ def _healthchecks(options: Mapping[str, object]) -> Healthchecks:
             f"{where}['url'] carries credentials; the ping key is the only secret a ping needs: "
             "give it as 'ping_key'"
         )
-    if not isinstance(key, str) or not key.strip() or "/" in key:
-        shown = "an empty one" if isinstance(key, str) and not key.strip() else type(key).__name__
-        if isinstance(key, str) and "/" in key:
-            shown = "a text with '/'"
+    if not isinstance(key, str) or not _PING_KEY.fullmatch(key.strip()):
+        # The key itself is never shown: it is a secret.
+        shown = type(key).__name__ if not isinstance(key, str) else "an empty text"
+        if isinstance(key, str) and key.strip():
+            shown = "a text with other characters"
         raise InvalidMonitors(
-            f"{where}['ping_key'] must be the project's ping key (Settings > Ping key in Healthchecks, "
-            f"a text without '/'), got {shown}"
+            f"{where}['ping_key'] must be the project's ping key (Settings > Ping key in Healthchecks: "
+            f"letters, digits, '-' and '_'), got {shown}"
         )
     return Healthchecks(url=url.strip().rstrip("/"), ping_key=key.strip())
 

@@ -9,17 +9,16 @@ none (``create=1``: it answers ``201 Created`` then, ``200 OK`` otherwise); once
 got through, the slug's check exists. A failure ping carries the run's detail (scrubbed,
 at most :data:`BODY_LIMIT` characters) as its body, which Healthchecks shows with the ping.
 
-Sent with the standard library's ``urllib.request``: Django has already loaded its HTTP
-layer (``http.client``), so it costs a command's start a few milliseconds where httpx's
-import costs tens (issue 34: a command's start-up at most 1.05x with monitors); it honours the usual
-proxy variables. Every ping has a :data:`TIMEOUT`.
+Sent with the standard library's ``urllib.request``, imported in the sender's thread:
+Django has already loaded its HTTP layer (``http.client``), so it costs a few
+milliseconds where httpx's import costs tens (issue 34: a command's start-up at most
+1.05x with monitors); it honours the usual proxy variables. Every ping has a
+:data:`TIMEOUT`.
 """
 
 from __future__ import annotations
 
 import threading
-import urllib.error
-import urllib.request
 from urllib.parse import quote, urlencode
 
 from ..core.scrubbing import cut, hide_secrets, scrub
@@ -55,6 +54,10 @@ class HealthchecksPinger:
     def ping(self, slug: str, kind: str, rid: str, body: str = "") -> None:
         """Send one ping (``kind``: start, success or fail); a failure is logged (once
         until a ping gets through again), never raised."""
+        # Imported here, in the sender's thread: a job's own thread never pays for it.
+        import urllib.error
+        import urllib.request
+
         request = urllib.request.Request(
             self.url(slug, kind, rid),
             data=self._body(body).encode("utf-8"),

@@ -8,7 +8,6 @@ the job: a monitor's trouble is a warning in the log, never a change to the run.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -24,8 +23,6 @@ from .slug import slug_of
 
 if TYPE_CHECKING:
     from .healthchecks import HealthchecksPinger
-
-logger = logging.getLogger("tslock_django")
 
 #: How a run ended, as the journal says it: (outcome, detail).
 Ending = tuple[str, str]

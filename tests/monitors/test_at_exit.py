@@ -5,6 +5,7 @@ connections changes neither the command's exit status nor its journal. Real proc
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 from tests.monitors.processes import migrated, outcomes, run_child
@@ -57,3 +58,24 @@ def test_a_monitor_that_refuses_connections_changes_no_exit_status_nor_journal(t
     assert outcomes(database, "journaled-fails") == ["failed", "failed"]
     assert outcomes(database, "journaled-exits") == ["failed", "failed"]
     assert all(KEY not in done.stderr for done in runs)
+
+
+def test_a_monitor_that_never_answers_holds_the_exit_for_the_budget_only(tmp_path: Path) -> None:
+    """The end ping waits at most EXIT_BUDGET (2 s) at exit. Without the bound the
+    process would wait for both pings' 5 s timeouts, 10 s; the bound here is generous
+    for the process's own start and stays under that."""
+    database = migrated(tmp_path)
+    with HealthchecksServer(KEY, delay=30.0) as hc:
+        started = time.monotonic()
+        done = run_child(
+            database,
+            "journaled_job",
+            "--shard",
+            "stuck",
+            monitors={"healthchecks": {"url": hc.url, "ping_key": KEY}},
+        )
+        elapsed = time.monotonic() - started
+    assert done.returncode == 0 and done.stdout == "done\n"
+    assert elapsed < 2.0 + 5.0, elapsed
+    assert "monitor ping(s) were not sent within 2 s of exit; they are lost" in done.stderr
+    assert KEY not in done.stderr

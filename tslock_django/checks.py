@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
+from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import Warning as CheckWarning
 from django.views.decorators.debug import sensitive_variables
 
 from .conf import (
@@ -308,6 +310,89 @@ def check_journal(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         except ValueError as err:
             errors.append(Error(str(err), hint=see("reference/settings.md", setting), id="tslock.E009"))
     return errors
+
+
+@register()
+def check_monitors(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``TSLOCK_MONITORS`` (tslock.E013); with ``sentry``, sentry-sdk installed and
+    initialised (tslock.W003); names of ``TSLOCK_SCHEDULES`` pinged under another slug,
+    under one slug with another name, or under none (tslock.W004). No network calls."""
+    from .monitors.config import SETTING, InvalidMonitors, read
+
+    try:
+        monitors = read(getattr(settings, SETTING, None))
+    except InvalidMonitors as err:
+        return [Error(str(err), hint=see("reference/settings.md", SETTING), id="tslock.E013")]
+    if monitors is None:
+        return []
+    found: list[CheckMessage] = []
+    if monitors.sentry:
+        problem = _sentry_problem()
+        if problem:
+            found.append(CheckWarning(problem, hint=see("howto/monitors.md"), id="tslock.W003"))
+    return found + _slug_warnings()
+
+
+def _sentry_problem() -> str:
+    """What keeps tslock's check-ins from Sentry, or ``""``: checked without importing
+    the SDK (a project that uses it has imported it by now, to initialise it)."""
+    import importlib.util
+
+    sdk = sys.modules.get("sentry_sdk")
+    if sdk is None and importlib.util.find_spec("sentry_sdk") is None:
+        return (
+            "TSLOCK_MONITORS has 'sentry' but sentry-sdk is not installed: install it "
+            "(pip install 'tslock-django[sentry]') and call sentry_sdk.init(dsn=...) in settings"
+        )
+    get_client = getattr(sdk, "get_client", None)
+    if get_client is None or not get_client().is_active():
+        return (
+            "TSLOCK_MONITORS has 'sentry' but sentry-sdk is not initialised in this process, so no "
+            "check-in would be sent: call sentry_sdk.init(dsn=...) in settings (sentry-sdk 2 or later)"
+        )
+    return ""
+
+
+def _slug_warnings() -> list[CheckMessage]:
+    from .journal.status import schedules_from_settings
+    from .monitors.slug import is_slug, slug_of
+
+    try:
+        names = list(schedules_from_settings())
+    except ValueError:  # tslock.E009 reports it
+        return []
+    found: list[CheckMessage] = []
+    by_slug: dict[str, list[str]] = {}
+    for name in names:
+        slug = slug_of(name)
+        by_slug.setdefault(slug, []).append(name)
+        if not slug:
+            found.append(
+                CheckWarning(
+                    f"TSLOCK_SCHEDULES[{name!r}] makes no monitor slug, so its runs are not "
+                    "pinged: give the job a name with a-z, 0-9, '-' or '_'",
+                    id="tslock.W004",
+                )
+            )
+        elif not is_slug(name):
+            found.append(
+                CheckWarning(
+                    f"TSLOCK_SCHEDULES[{name!r}] is pinged to its monitors as {slug!r} (a slug "
+                    "has only a-z, 0-9, '-' and '_')",
+                    hint=see("howto/monitors.md"),
+                    id="tslock.W004",
+                )
+            )
+    for slug, sharing in by_slug.items():
+        if slug and len(sharing) > 1:
+            found.append(
+                CheckWarning(
+                    f"TSLOCK_SCHEDULES names {sorted(sharing)} are all pinged as {slug!r}, one "
+                    "monitor for several jobs: rename all but one",
+                    id="tslock.W004",
+                )
+            )
+    return found
 
 
 #: Django's ``check`` command: loaded in a process that runs ``manage.py check`` or

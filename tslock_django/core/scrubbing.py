@@ -134,7 +134,9 @@ MIN_SECRET_CHARS = 6
 SECRET_OPTION_NAMES = r"(?i)token|secret|pass|api_?key|auth|credential|signature|private"
 
 #: The settings :func:`configured_secrets` reads; a change of any of them resets it.
-SECRET_SETTINGS = ("TSLOCK_PROVIDERS", "DATABASES", "CACHES", "SECRET_KEY", "SECRET_KEY_FALLBACKS")
+SECRET_SETTINGS = (
+    "TSLOCK_PROVIDERS", "DATABASES", "CACHES", "SECRET_KEY", "SECRET_KEY_FALLBACKS", "TSLOCK_MONITORS",
+)  # fmt: skip
 
 # (the settings' objects it was computed from, the secrets, every form of them longest first)
 _known: tuple[tuple[object, ...], tuple[str, ...], tuple[str, ...]] | None = None
@@ -194,8 +196,18 @@ def _database_passwords(entry: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def monitor_secrets(monitors: object) -> list[str]:
+    """The secrets of a ``TSLOCK_MONITORS`` setting: healthchecks' ``ping_key`` (anyone
+    holding it can ping the project's checks) and any password in its ``url``."""
+    healthchecks = monitors.get("healthchecks") if isinstance(monitors, Mapping) else None
+    if not isinstance(healthchecks, Mapping):
+        return []
+    key, url = healthchecks.get("ping_key"), healthchecks.get("url")
+    return ([key] if isinstance(key, str) else []) + (url_passwords(url) if isinstance(url, str) else [])
+
+
 def _collect(
-    providers: object, databases: object, caches: object, key: object, fallbacks: object
+    providers: object, databases: object, caches: object, key: object, fallbacks: object, monitors: object
 ) -> list[str]:
     found = provider_secrets(providers, caches, re.compile(SECRET_OPTION_NAMES))
     if isinstance(databases, Mapping):
@@ -209,15 +221,16 @@ def _collect(
     found.append(key if isinstance(key, str) else "")
     if isinstance(fallbacks, (list, tuple)):
         found += [fallback for fallback in fallbacks if isinstance(fallback, str)]
-    return found
+    return found + monitor_secrets(monitors)
 
 
 def configured_secrets() -> tuple[str, ...]:
     """Every secret the project's settings configure, of at least
     :data:`MIN_SECRET_CHARS` characters: those of ``TSLOCK_PROVIDERS`` (see
     :func:`provider_secrets`), every ``DATABASES`` password, the passwords of every
-    ``CACHES`` entry (:func:`cache_passwords`), ``SECRET_KEY`` and
-    ``SECRET_KEY_FALLBACKS``.
+    ``CACHES`` entry (:func:`cache_passwords`), ``SECRET_KEY``,
+    ``SECRET_KEY_FALLBACKS`` and the ping key of ``TSLOCK_MONITORS``
+    (:func:`monitor_secrets`).
 
     Computed on first use and kept until one of :data:`SECRET_SETTINGS` changes (Django's
     ``setting_changed``, or another object in its place), so a job's path pays for it once.

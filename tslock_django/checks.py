@@ -1,4 +1,4 @@
-"""System checks (``manage.py check``), with stable ids ``tslock.E001`` to ``tslock.E010``
+"""System checks (``manage.py check``), with stable ids ``tslock.E001`` to ``tslock.E011``
 and ``tslock.W001``, listed with what each means in ``docs/reference/checks.md``.
 
 Django runs the untagged checks at the start of every management command, so they read
@@ -307,6 +307,37 @@ def check_journal(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             read()
         except ValueError as err:
             errors.append(Error(str(err), hint=see("reference/settings.md", setting), id="tslock.E009"))
+    return errors
+
+
+@register()
+def check_alerts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``TSLOCK_ALERTS`` (tslock.E011): its shape, each BACKEND imported and each channel
+    built with its OPTIONS (a constructor reads them and opens no connection), and an
+    email channel for ``ADMINS`` when ``ADMINS`` is empty (it would send nothing)."""
+    from django.conf import settings
+
+    from .alerts.channels import EmailChannel
+    from .alerts.configured import SETTING as ALERTS
+    from .alerts.configured import build_channels
+    from .alerts.errors import InvalidAlertChannel
+
+    hint = see("reference/settings.md", ALERTS)
+    try:
+        channels = build_channels(getattr(settings, ALERTS, None))
+    except InvalidAlertChannel as err:
+        return [Error(str(err), hint=hint, id="tslock.E011")]
+    errors: list[CheckMessage] = []
+    for index, (_, channel) in enumerate(channels):
+        if isinstance(channel, EmailChannel) and channel.recipients is None and not settings.ADMINS:
+            errors.append(
+                Error(
+                    f"{ALERTS}['channels'][{index}]: an EmailChannel without recipients sends to "
+                    "ADMINS, and ADMINS is empty, so no notice would reach anyone",
+                    hint="Set ADMINS, or the channel's recipients option. " + hint,
+                    id="tslock.E011",
+                )
+            )
     return errors
 
 

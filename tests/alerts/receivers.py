@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -84,7 +85,7 @@ def http_server(app: WebhookReceiver | SlackReceiver) -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1; yields its base URL (``http://127.0.0.1:PORT``)."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             body = self.rfile.read(length)
             headers = {key.lower(): value for key, value in self.headers.items()}
@@ -97,7 +98,7 @@ def http_server(app: WebhookReceiver | SlackReceiver) -> Iterator[str]:
             self.end_headers()
             self.wfile.write(answer)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -127,10 +128,8 @@ def raw_server(behaviour: Callable[[socket.socket, threading.Event], None]) -> I
                 if not chunk:
                     return
                 data += chunk
-            try:
+            with contextlib.suppress(OSError):  # the client gave up: what the tests want
                 behaviour(conn, stop)
-            except OSError:
-                pass  # the client gave up: what the tests want
 
     def accept() -> None:
         while not stop.is_set():

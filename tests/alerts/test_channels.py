@@ -184,9 +184,11 @@ def test_no_log_line_shows_the_urls_secrets(caplog: pytest.LogCaptureFixture, in
 
 def test_a_redirect_is_not_followed() -> None:
     receiver = WebhookReceiver(status=302, extra_headers={"Location": "http://127.0.0.1:9/elsewhere"})
-    with http_server(receiver) as base:
-        with pytest.raises(ChannelError, match="HTTP 302, a redirect, which is not followed") as caught:
-            WebhookChannel(url=f"{base}/hook").send(notice())
+    with (
+        http_server(receiver) as base,
+        pytest.raises(ChannelError, match="HTTP 302, a redirect, which is not followed") as caught,
+    ):
+        WebhookChannel(url=f"{base}/hook").send(notice())
     assert len(receiver.received) == 1
     assert "elsewhere" not in str(caught.value)
 
@@ -218,9 +220,11 @@ def test_a_slow_receiver_fails_the_send_within_its_timeout(behaviour: object, na
 
 def test_a_long_answer_is_read_only_to_its_start() -> None:
     receiver = WebhookReceiver(status=503, answer=b"overloaded " + b"x" * 1_000_000)
-    with http_server(receiver) as base:
-        with pytest.raises(ChannelError, match=r"HTTP 503: overloaded x+\.\.\.$") as caught:
-            WebhookChannel(url=f"{base}/hook").send(notice())
+    with (
+        http_server(receiver) as base,
+        pytest.raises(ChannelError, match=r"HTTP 503: overloaded x+\.\.\.$") as caught,
+    ):
+        WebhookChannel(url=f"{base}/hook").send(notice())
     assert len(str(caught.value)) < 300
 
 
@@ -335,15 +339,17 @@ def test_email_to_admins_without_admins_fails_rather_than_sending_nothing() -> N
 
 def test_an_smtp_server_that_refuses_is_a_channel_error_without_its_password() -> None:
     port = closed_port()
-    with override_settings(
-        EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
-        EMAIL_HOST="127.0.0.1",
-        EMAIL_PORT=port,
-        EMAIL_HOST_USER="tslock",
-        EMAIL_HOST_PASSWORD="smtp-password-2718",
+    with (
+        override_settings(
+            EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
+            EMAIL_HOST="127.0.0.1",
+            EMAIL_PORT=port,
+            EMAIL_HOST_USER="tslock",
+            EMAIL_HOST_PASSWORD="smtp-password-2718",
+        ),
+        pytest.raises(ChannelError, match=r"email: not sent \(ConnectionRefusedError") as caught,
     ):
-        with pytest.raises(ChannelError, match=r"email: not sent \(ConnectionRefusedError") as caught:
-            EmailChannel(recipients=["team@example.com"]).send(notice())
+        EmailChannel(recipients=["team@example.com"]).send(notice())
     assert "smtp-password-2718" not in str(caught.value)
 
 
@@ -366,7 +372,7 @@ def test_an_smtp_server_that_never_greets_fails_within_the_timeout() -> None:
     assert smtplib.SMTP  # the backend under test
 
 
-class raw_server_greeting_never:  # noqa: N801 - used as a context manager, like a function
+class raw_server_greeting_never:
     """An SMTP port that accepts connections and never says a word."""
 
     def __enter__(self) -> int:

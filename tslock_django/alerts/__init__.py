@@ -10,9 +10,10 @@ from __future__ import annotations
 from .channels import EmailChannel, SlackChannel, WebhookChannel
 from .configured import configured_channels
 from .errors import ChannelError, InvalidAlertChannel
-from .notice import Channel, Notice
+from .notice import NOTIFIED_STATUSES, Channel, Notice
 
 __all__ = [
+    "NOTIFIED_STATUSES",
     "Channel",
     "ChannelError",
     "EmailChannel",

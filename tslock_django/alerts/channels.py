@@ -3,7 +3,7 @@ recipients), a webhook (a signed JSON POST) and Slack (an incoming webhook).
 
 Each checks its OPTIONS when it is built, so a wrong setting is a system check's error
 at start-up rather than a lost notice later; each ``send`` has a deadline (the
-``timeout`` option) and raises :class:`~tslock_django.alerts.errors.ChannelError`, whose
+``timeout`` option) and raises :class:`~tslock_django.alerts.ChannelError`, whose
 message never repeats a secret, when the notice was not taken. Nothing here is imported
 by a send that did not happen: the mail framework and httpx load on first use.
 """
@@ -162,7 +162,8 @@ class EmailChannel:
     Without ``recipients``, to ``ADMINS`` with ``mail_admins`` (from ``SERVER_EMAIL``,
     subject prefixed with ``EMAIL_SUBJECT_PREFIX``); with them, the same message to
     those addresses with ``send_mail``. The subject names the job and its status
-    (:func:`headline`); the body says the previous status, why, and when.
+    (``nightly-export is failing (was ok)``); the body says why, and when (in
+    ``TIME_ZONE``).
 
     Args:
         recipients: addresses to send to instead of ``ADMINS``.
@@ -265,8 +266,8 @@ class EmailChannel:
 
 
 class WebhookChannel:
-    """A JSON POST of :meth:`Notice.as_json <tslock_django.alerts.Notice.as_json>` to
-    ``url``.
+    """A JSON POST of :meth:`Notice.as_json() <tslock_django.alerts.Notice.as_json>` to
+    ``url`` (its ``reason`` scrubbed of secrets once more).
 
     With ``secret``, the header ``X-Tslock-Signature: sha256=<hex>`` carries the
     HMAC-SHA256 of the raw body with the secret, so the receiver can tell the notice

@@ -317,6 +317,9 @@ def check_alerts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     email channel for ``ADMINS`` when ``ADMINS`` is empty (it would send nothing)."""
     from django.conf import settings
 
+    configured = getattr(settings, "TSLOCK_ALERTS", None)
+    if configured is None:
+        return []  # the common case, without importing the channels at every command's start
     from .alerts.channels import EmailChannel
     from .alerts.configured import SETTING as ALERTS
     from .alerts.configured import build_channels
@@ -324,7 +327,7 @@ def check_alerts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
     hint = see("reference/settings.md", ALERTS)
     try:
-        channels = build_channels(getattr(settings, ALERTS, None))
+        channels = build_channels(configured)
     except InvalidAlertChannel as err:
         return [Error(str(err), hint=hint, id="tslock.E011")]
     errors: list[CheckMessage] = []

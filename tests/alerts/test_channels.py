@@ -417,13 +417,16 @@ class raw_server_greeting_never:
         (lambda: WebhookChannel(url="https://h.example.com/", secret=123), "secret must be text"),
         (
             lambda: WebhookChannel(url="https://h.example.com/", secrett="x"),
-            "unknown option 'secrett'; did you mean 'secret'?",
+            "unknown option 'secrett' (did you mean 'secret'?); the options are: url, secret, timeout",
         ),
         (
             lambda: WebhookChannel(url="https://h.example.com/", timeout=0),
             "timeout must be a number of seconds above 0",
         ),
         (lambda: WebhookChannel(url="https://h.example.com/", timeout="5s"), "got '5s'"),
+        (lambda: WebhookChannel(url="https://h.example.com/", timeout=float("nan")), "got nan"),
+        (lambda: WebhookChannel(url="https://h.example.com/", timeout=float("inf")), "got inf"),
+        (lambda: WebhookChannel(url="https://h.example.com/", timeout=True), "got True"),
         (lambda: WebhookChannel(url="https://h.example.com/", timeout=600), "at most 60"),
         (lambda: SlackChannel(url="https://hooks.slack.com/x", channel="#ops"), "unknown option 'channel'"),
         (lambda: EmailChannel(recipients="ops@example.com"), "recipients must be a list of addresses"),

@@ -10,12 +10,10 @@ by a send that did not happen: the mail framework and httpx load on first use.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import hmac
 import inspect
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -90,12 +88,14 @@ def refuse_unknown(channel: str, unknown: Mapping[str, object], known: Iterable[
     """
     if not unknown:
         return
+    import difflib  # only for a mistake
+
     known = list(known)
-    name = next(iter(unknown))
-    close = difflib.get_close_matches(str(name), known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    name = str(next(iter(unknown)))
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise InvalidAlertChannel(
-        f"{channel}: unknown option {str(name)!r}{hint} The options are: {', '.join(known)}"
+        f"{channel}: unknown option {name!r}{hint}; the options are: {', '.join(known)}"
     )
 
 
@@ -105,14 +105,13 @@ def read_timeout(channel: str, value: object) -> float:
     Raises:
         InvalidAlertChannel: anything else.
     """
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not 0 < value <= MAX_TIMEOUT:  # type: ignore[operator]
-        shown = repr(value) if isinstance(value, (int, float, str)) else f"a {type(value).__name__}"
-        raise InvalidAlertChannel(
-            f"{channel}: timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:g} "
-            f"(e.g. 5); got {cut(shown, 40)}"
-        )
-    return float(value)  # type: ignore[arg-type]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_TIMEOUT:
+        return float(value)  # (NaN fails the comparison, infinity the bound)
+    shown = repr(value) if isinstance(value, (int, float, str)) else f"a {type(value).__name__}"
+    raise InvalidAlertChannel(
+        f"{channel}: timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:g} "
+        f"(e.g. 5); got {cut(shown, 40)}"
+    )
 
 
 def read_http_url(channel: str, value: object) -> str:
@@ -176,7 +175,7 @@ class EmailChannel:
 
     def __init__(
         self,
-        recipients: Iterable[str] | None = None,
+        recipients: list[str] | tuple[str, ...] | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         **unknown: object,

@@ -19,11 +19,13 @@ import hashlib
 import hmac
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 @dataclass
@@ -81,8 +83,9 @@ class SlackReceiver:
 
 
 @contextmanager
-def http_server(app: WebhookReceiver | SlackReceiver) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1; yields its base URL (``http://127.0.0.1:PORT``)."""
+def http_server(app: WebhookReceiver | SlackReceiver, tls: tuple[Path, Path] | None = None) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1; yields its base URL (``http://127.0.0.1:PORT``, or
+    ``https://`` with ``tls``, a certificate and its key)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -103,10 +106,14 @@ def http_server(app: WebhookReceiver | SlackReceiver) -> Iterator[str]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    if tls is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -11,17 +11,23 @@ import hashlib
 import hmac
 import json
 import logging
+import os
+import shutil
 import smtplib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from django.core import mail
 from django.test import override_settings
 
+from tests.conftest import CI
 from tslock_django.alerts import (
     ChannelError,
     EmailChannel,
@@ -238,6 +244,55 @@ def test_a_channel_called_from_a_running_event_loop_still_sends() -> None:
 
         asyncio.run(job_end())
     assert len(receiver.received) == 1
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (openssl is on every machine that runs
+    the suite with CI set; elsewhere its absence skips, saying so)."""
+    if shutil.which("openssl") is None and not CI:
+        pytest.skip("openssl is not installed (it makes the test's certificate; required when CI is set)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_a_receiver_whose_certificate_is_not_trusted_is_not_sent_the_notice(
+    certificate: tuple[Path, Path],
+) -> None:
+    receiver = WebhookReceiver()
+    with http_server(receiver, tls=certificate) as base:
+        channel = WebhookChannel(url=f"{base}{WEBHOOK_PATH}", secret=SECRET)
+        with pytest.raises(
+            ChannelError, match=r"could not connect \(ConnectError: .*CERTIFICATE_VERIFY_FAILED"
+        ):
+            channel.send(notice())
+    assert receiver.received == []
+
+
+def test_a_certificate_trusted_through_ssl_cert_file_is_accepted(certificate: tuple[Path, Path]) -> None:
+    """httpx's own TLS settings, environment included: a private CA is trusted by
+    pointing SSL_CERT_FILE at it (here, in a fresh process, since the settings are read
+    once per process)."""
+    receiver = WebhookReceiver(secret=SECRET)
+    with http_server(receiver, tls=certificate) as base:
+        code = (
+            "import django; django.setup()\n"
+            "from tests.alerts.test_channels import notice, SECRET\n"
+            "from tslock_django.alerts import WebhookChannel\n"
+            f"WebhookChannel(url={base + '/in'!r}, secret=SECRET).send(notice())\n"
+        )
+        env = {**os.environ, "SSL_CERT_FILE": str(certificate[0]), "DJANGO_SETTINGS_MODULE": "tests.settings"}
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [got.signature_valid for got in receiver.received] == [True]
 
 
 # -- Slack --------------------------------------------------------------------------------------

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
+import ssl
 import threading
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
@@ -131,10 +133,17 @@ def _said(err: Exception, secrets: tuple[str, ...]) -> str:
     return cut(decode.visible(scrub(str(err), secrets)), 200) or "no detail"
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """httpx's default TLS settings, made once: a client makes them anew otherwise, and
+    loading the certificate store is most of a send's time (30 of 35 ms, 2026-12-04)."""
+    return httpx.create_ssl_context()
+
+
 async def _exchange(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Reply:
     async def exchange() -> Reply:
         async with (
-            httpx.AsyncClient(follow_redirects=False, timeout=timeout) as client,
+            httpx.AsyncClient(follow_redirects=False, timeout=timeout, verify=_tls()) as client,
             client.stream("POST", url, content=body, headers=headers) as response,
         ):
             kept = b""

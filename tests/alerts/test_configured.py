@@ -311,3 +311,40 @@ def test_the_debug_page_shows_no_channel_secret() -> None:
     assert "TSLOCK_ALERTS" in page
     for secret in PAGE_SECRETS:
         assert secret not in page
+
+
+@pytest.mark.parametrize(
+    ("url", "secret", "kept", "origin"),
+    [
+        (
+            HOOK,
+            ["/services/T0TEAM001/B0HOOK002/Xy7aQ9sLkP3mN8bV2cR5tW1z", "Xy7aQ9sLkP3mN8bV2cR5tW1z"],
+            "services",
+            "https://hooks.slack.com",
+        ),
+        (
+            "https://ops.example.com:8443/in?token=tok%2Fen-77",
+            ["token=tok%2Fen-77", "tok/en-77", "tok%2Fen-77"],
+            "token",
+            "https://ops.example.com:8443",
+        ),
+        (
+            "https://tslock:pw-998877@ops.example.com/",
+            ["tslock:pw-998877", "pw-998877"],
+            "tslock",
+            "https://ops.example.com",
+        ),
+        ("https://ghp-token-0123456789abcdef@[::1]/", ["ghp-token-0123456789abcdef"], "::1", "https://[::1]"),
+        ("https://ops.example.com/", [], "ops.example.com", "https://ops.example.com"),
+    ],
+)
+def test_the_secret_parts_of_a_channel_url(url: str, secret: list[str], kept: str, origin: str) -> None:
+    """What the scrubbing learns from a channel's URL: what can be a credential, and not
+    the words around it (a user name "tslock" would mask the word everywhere); and the
+    origin, all that messages show of it."""
+    from tslock_django.core.scrubbing import url_origin, url_secrets
+
+    found = url_secrets(url)
+    assert set(secret) <= set(found)
+    assert kept not in found
+    assert url_origin(url) == origin

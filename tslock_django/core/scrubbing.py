@@ -78,12 +78,13 @@ SECRET_SEGMENT_CHARS = 16
 
 
 def url_secrets(url: str) -> list[str]:
-    """What a webhook URL may hold as a credential: its userinfo (user and password, as
-    :func:`url_passwords` finds them), its path (a Slack, Discord or Teams hook is its
-    path), each path segment of at least :data:`SECRET_SEGMENT_CHARS` characters, its
-    query (a token parameter) and each query value, and its fragment; each as written
-    and decoded. What is left, ``scheme://host:port``, is what messages may show
-    (:func:`url_origin`). ``[]`` for a text that is not a URL."""
+    """What a webhook URL may hold as a credential: its password (as
+    :func:`url_passwords` finds it) and whole userinfo, a user name long enough to be a
+    token (:data:`SECRET_SEGMENT_CHARS`: ``https://TOKEN@host``; a short one is a word
+    such as "tslock"), its path (a Slack, Discord or Teams hook is its path), each path
+    segment as long, its query (a token parameter) and each query value, and its
+    fragment; each as written and decoded. What is left, ``scheme://host:port``, is what
+    messages may show (:func:`url_origin`). ``[]`` for a text that is not a URL."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -94,9 +95,10 @@ def url_secrets(url: str) -> list[str]:
     userinfo, at, _ = parts.netloc.rpartition("@")
     if at:
         user = userinfo.partition(":")[0]
-        found += [userinfo, user, unquote(user)]
+        found.append(userinfo)
+        found += [form for form in (user, unquote(user)) if len(form) >= SECRET_SEGMENT_CHARS]
     if parts.path not in ("", "/"):
-        found += [parts.path, unquote(parts.path), parts.path.lstrip("/")]
+        found += [parts.path, unquote(parts.path)]
         found += [segment for segment in parts.path.split("/") if len(segment) >= SECRET_SEGMENT_CHARS]
     if parts.query:
         found += [parts.query, unquote_plus(parts.query)]

@@ -7,7 +7,8 @@
   (api.slack.com, "Sending messages using incoming webhooks" and its error table): a
   POST of JSON with a non-empty ``text`` to a hook's path answers ``200 ok``; a body that
   is not such JSON ``400 invalid_payload``; a hook that is removed or unknown
-  ``404 no_service``; one whose channel is archived ``410 channel_is_archived``.
+  ``404 no_service``; one whose channel is archived ``410 channel_is_archived``; past
+  its rate limit (about one message a second) ``429`` with ``Retry-After``.
 - :func:`raw_server`: a TCP server writing raw bytes, to misbehave the way no HTTP
   library would let a server (answer after 10 s, drip a byte at a time).
 """
@@ -61,7 +62,7 @@ class WebhookReceiver:
 
 @dataclass
 class SlackReceiver:
-    #: hook path -> "active", "removed" or "archived".
+    #: hook path -> "active", "removed", "archived" or "rate_limited".
     hooks: dict[str, str] = field(default_factory=dict)
     messages: list[dict[str, object]] = field(default_factory=list)
     url: str = ""
@@ -72,6 +73,8 @@ class SlackReceiver:
             return 404, b"no_service", {}
         if state == "archived":
             return 410, b"channel_is_archived", {}
+        if state == "rate_limited":
+            return 429, b"rate_limited", {"Retry-After": "30"}
         try:
             message = json.loads(body)
         except ValueError:
@@ -162,6 +165,11 @@ def answer_after(seconds: float) -> Callable[[socket.socket, threading.Event], N
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
     return behaviour
+
+
+def hang_up(conn: socket.socket, stop: threading.Event) -> None:
+    """A receiver that closes the connection without a word."""
+    conn.shutdown(socket.SHUT_RDWR)
 
 
 def drip_body(conn: socket.socket, stop: threading.Event) -> None:

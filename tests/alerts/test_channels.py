@@ -44,6 +44,7 @@ from .receivers import (
     closed_port,
     drip_body,
     drip_head,
+    hang_up,
     http_server,
     raw_server,
 )
@@ -224,6 +225,28 @@ def test_a_slow_receiver_fails_the_send_within_its_timeout(behaviour: object, na
     assert_hides(str(caught.value), secrets_of_webhook(base))
 
 
+def test_a_receiver_that_hangs_up_is_a_failed_exchange() -> None:
+    with raw_server(hang_up) as base:
+        channel = WebhookChannel(url=f"{base}{WEBHOOK_PATH}?{WEBHOOK_QUERY}", secret=SECRET)
+        with pytest.raises(ChannelError, match=r"the exchange failed \(RemoteProtocolError: ") as caught:
+            channel.send(notice())
+    assert caught.value.status_code is None
+    assert_hides(str(caught.value), secrets_of_webhook(base))
+
+
+def test_a_timeout_from_a_running_event_loop_is_the_same_error() -> None:
+    with raw_server(answer_after(10)) as base:
+        channel = WebhookChannel(url=f"{base}/hook", timeout=1)
+
+        async def job_end() -> None:
+            channel.send(notice())
+
+        started = time.monotonic()
+        with pytest.raises(ChannelError, match="no answer within 1 s"):
+            asyncio.run(job_end())
+    assert time.monotonic() - started < 1 + MARGIN
+
+
 def test_a_long_answer_is_read_only_to_its_start() -> None:
     receiver = WebhookReceiver(status=503, answer=b"overloaded " + b"x" * 1_000_000)
     with (
@@ -314,6 +337,7 @@ def test_slack_gets_a_text_naming_the_job_the_status_and_the_reason() -> None:
     [
         ("removed", 404, "HTTP 404: no_service: the webhook is disabled, removed or mistyped"),
         ("archived", 410, "HTTP 410: channel_is_archived: the webhook's channel is archived"),
+        ("rate_limited", 429, "HTTP 429: rate_limited: rate limited; retried at the next evaluation"),
     ],
 )
 def test_slack_refusing_a_hook_is_an_error_that_says_why(state: str, status: int, says: str) -> None:
@@ -325,6 +349,17 @@ def test_slack_refusing_a_hook_is_an_error_that_says_why(state: str, status: int
     assert str(caught.value).startswith(f"Slack at {base}: {says}")
     assert caught.value.status_code == status
     assert_hides(str(caught.value) + repr(channel), (HOOK_PATH, "Xy7aQ9sLkP3mN8bV2cR5tW1z"))
+
+
+def test_slack_redirecting_is_not_followed() -> None:
+    receiver = WebhookReceiver(status=301, extra_headers={"Location": "https://hooks.slack.com/elsewhere"})
+    with (
+        http_server(receiver) as base,
+        pytest.raises(ChannelError, match="HTTP 301, a redirect, which is not followed") as caught,
+    ):
+        SlackChannel(url=base + HOOK_PATH).send(notice())
+    assert len(receiver.received) == 1
+    assert caught.value.status_code == 301
 
 
 def test_slack_says_invalid_payload_for_a_body_it_cannot_read() -> None:

@@ -234,6 +234,22 @@ def test_a_receiver_that_hangs_up_is_a_failed_exchange() -> None:
     assert_hides(str(caught.value), secrets_of_webhook(base))
 
 
+def test_a_send_leaves_the_callers_event_loop_as_it_was() -> None:
+    """Code that set an event loop for its thread (and reads it back later) still has it
+    after a channel sent a notice (``asyncio.run`` would have cleared it)."""
+    receiver = WebhookReceiver()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        with http_server(receiver) as base:
+            WebhookChannel(url=f"{base}/hook").send(notice())
+        assert asyncio.get_event_loop_policy().get_event_loop() is loop
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    assert len(receiver.received) == 1
+
+
 def test_a_timeout_from_a_running_event_loop_is_the_same_error() -> None:
     with raw_server(answer_after(10)) as base:
         channel = WebhookChannel(url=f"{base}/hook", timeout=1)

@@ -163,14 +163,14 @@ def _run(exchange: Coroutine[Any, Any, Reply]) -> Reply:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(exchange)
-    # This thread runs a loop (a channel called from async code): asyncio.run would
-    # refuse, and the caller's loop is blocked by this sync call anyway.
+        return _on_a_new_loop(exchange)
+    # This thread runs a loop (a channel called from async code): a second loop cannot
+    # run here, and the caller's loop is blocked by this sync call anyway.
     outcome: list[Reply | BaseException] = []
 
     def run() -> None:
         try:
-            outcome.append(asyncio.run(exchange))
+            outcome.append(_on_a_new_loop(exchange))
         except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
             outcome.append(err)
 
@@ -183,3 +183,17 @@ def _run(exchange: Coroutine[Any, Any, Reply]) -> Reply:
     if isinstance(result, BaseException):
         raise result
     return result
+
+
+def _on_a_new_loop(exchange: Coroutine[Any, Any, Reply]) -> Reply:
+    # Not asyncio.run: it would leave this thread with no current event loop afterwards
+    # (code that set one, and reads it with get_event_loop(), would lose it) and install
+    # its own SIGINT handler meanwhile. A loop of our own touches neither.
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(exchange)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()

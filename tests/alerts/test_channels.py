@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from django.core import mail
@@ -516,6 +517,10 @@ class raw_server_greeting_never:
             "url must be an https:// (or http://) URL; got a ftp: URL",
         ),
         (lambda: WebhookChannel(url="hooks.example.com/x"), "url must be an https:// (or http://) URL"),
+        (
+            lambda: SlackChannel(url=urlsplit("https://hooks.slack.com/x")),
+            "url must be text, an https:// URL; got a SplitResult (read it with env.str(), not env.url())",
+        ),
         (lambda: WebhookChannel(url="https:///path-only"), "url has no host"),
         (lambda: WebhookChannel(url="https://h.example.com/a b"), "url holds spaces or control characters"),
         (lambda: WebhookChannel(url="https://h.example.com:port/"), "not a URL that can be read"),

@@ -124,8 +124,10 @@ def read_http_url(channel: str, value: object) -> str:
     if value is None:
         raise InvalidAlertChannel(f"{channel}: the url option is required: the receiver's https:// URL")
     if not isinstance(value, str):
+        # django-environ's env.url() gives a urllib ParseResult.
+        hint = " (read it with env.str(), not env.url())" if hasattr(value, "geturl") else ""
         raise InvalidAlertChannel(
-            f"{channel}: url must be text, an https:// URL; got a {type(value).__name__}"
+            f"{channel}: url must be text, an https:// URL; got a {type(value).__name__}{hint}"
         )
     if not value.isprintable() or any(ch.isspace() for ch in value):
         raise InvalidAlertChannel(f"{channel}: url holds spaces or control characters; give the URL alone")

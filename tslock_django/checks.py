@@ -1,4 +1,4 @@
-"""System checks (``manage.py check``), with stable ids ``tslock.E001`` to ``tslock.E010``
+"""System checks (``manage.py check``), with stable ids ``tslock.E001`` to ``tslock.E011``
 and ``tslock.W001``, listed with what each means in ``docs/reference/checks.md``.
 
 Django runs the untagged checks at the start of every management command, so they read
@@ -393,6 +393,40 @@ def _slug_warnings() -> list[CheckMessage]:
                 )
             )
     return found
+
+
+@register()
+def check_alerts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``TSLOCK_ALERTS`` (tslock.E011): its shape, each BACKEND imported and each channel
+    built with its OPTIONS (a constructor reads them and opens no connection), and an
+    email channel for ``ADMINS`` when ``ADMINS`` is empty (it would send nothing)."""
+    from django.conf import settings
+
+    configured = getattr(settings, "TSLOCK_ALERTS", None)
+    if configured is None:
+        return []  # the common case, without importing the channels at every command's start
+    from .alerts.channels import EmailChannel
+    from .alerts.configured import SETTING as ALERTS
+    from .alerts.configured import build_channels
+    from .alerts.errors import InvalidAlertChannel
+
+    hint = see("reference/settings.md", ALERTS)
+    try:
+        channels = build_channels(configured)
+    except InvalidAlertChannel as err:
+        return [Error(str(err), hint=hint, id="tslock.E011")]
+    errors: list[CheckMessage] = []
+    for index, (_, channel) in enumerate(channels):
+        if isinstance(channel, EmailChannel) and channel.recipients is None and not settings.ADMINS:
+            errors.append(
+                Error(
+                    f"{ALERTS}['channels'][{index}]: an EmailChannel without recipients sends to "
+                    "ADMINS, and ADMINS is empty, so no notice would reach anyone",
+                    hint="Set ADMINS, or the channel's recipients option. " + hint,
+                    id="tslock.E011",
+                )
+            )
+    return errors
 
 
 #: Django's ``check`` command: loaded in a process that runs ``manage.py check`` or

@@ -206,7 +206,9 @@ def test_tslock_run_exits_as_for_a_skip(sqlite_journal: str, tmp_path: Path) -> 
     assert [r.detail for r in runs_of("default", "run-paused")] == ["paused", "paused"]
 
 
-def test_locked_task_returns_none_and_logs_paused(sqlite_journal: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_locked_task_returns_none_and_logs_paused(
+    sqlite_journal: str, caplog: pytest.LogCaptureFixture
+) -> None:
     calls: list[int] = []
 
     @locked_task("1m", name="task-paused")
@@ -315,7 +317,9 @@ def test_the_pause_is_read_with_one_query_before_the_lock(using: str) -> None:
 
 def pause_reads(queries: list[dict[str, str]]) -> list[str]:
     return [
-        q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT") and "paused_at" in q["sql"]
+        q["sql"]
+        for q in queries
+        if q["sql"].lstrip().upper().startswith("SELECT") and "paused_at" in q["sql"]
     ]
 
 

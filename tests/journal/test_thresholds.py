@@ -51,7 +51,9 @@ def test_a_task_stores_its_thresholds(using: str) -> None:
 
 
 def test_a_command_stores_its_thresholds(using: str) -> None:
-    @locked_command("1m", name="thresholds-command", schedule="0 3 * * *", failures_before_alert=2, max_duration=90)
+    @locked_command(
+        "1m", name="thresholds-command", schedule="0 3 * * *", failures_before_alert=2, max_duration=90
+    )
     class Command(BaseCommand):
         def handle(self, *args: object, **options: object) -> None:
             self.stdout.write("ran")
@@ -116,7 +118,9 @@ def test_tslock_run_stores_its_thresholds(using: str) -> None:
         ({"schedule": "1h", "max_duration": 0}, "max_duration of schedule is 0; give a positive duration"),
     ],
 )
-def test_bad_thresholds_are_refused_at_decoration_in_one_line(arguments: dict[str, object], message: str) -> None:
+def test_bad_thresholds_are_refused_at_decoration_in_one_line(
+    arguments: dict[str, object], message: str
+) -> None:
     for decorator in (locked_command, locked_task):
         with pytest.raises(InvalidJobArgument) as raised:
             decorator("1m", **arguments)  # type: ignore[operator]

@@ -150,13 +150,11 @@ def test_a_name_too_long_for_the_journal_is_paused_under_its_stand_in(sqlite_jou
 
 
 def test_the_journal_off_or_unreadable_is_exit_status_2_with_one_line() -> None:
-    with override_settings(TSLOCK_JOURNAL=None):
-        with pytest.raises(CommandError) as off:
-            tslock("pause", "nightly")
+    with override_settings(TSLOCK_JOURNAL=None), pytest.raises(CommandError) as off:
+        tslock("pause", "nightly")
     assert off.value.returncode == 2 and "the journal is off" in str(off.value)
-    with override_settings(TSLOCK_JOURNAL={"using": "nowhere"}):
-        with pytest.raises(CommandError) as malformed:
-            tslock("resume", "nightly")
+    with override_settings(TSLOCK_JOURNAL={"using": "nowhere"}), pytest.raises(CommandError) as malformed:
+        tslock("resume", "nightly")
     assert malformed.value.returncode == 2 and "not in DATABASES" in str(malformed.value)
 
 
@@ -288,9 +286,11 @@ def test_a_celery_task_skips_while_paused(sqlite_journal: str, tmp_path: Path) -
 
 def test_with_lock_and_the_journal_raises_job_paused(sqlite_journal: str) -> None:
     tslock("pause", "with-paused")
-    with pytest.raises(JobPaused, match="job 'with-paused' is paused"):
-        with lock("with-paused", "1m", journal=True):
-            pytest.fail("the block must not run")
+    with (
+        pytest.raises(JobPaused, match="job 'with-paused' is paused"),
+        lock("with-paused", "1m", journal=True),
+    ):
+        pytest.fail("the block must not run")
     # Without the journal a lock knows nothing of pauses (there is nowhere to keep one).
     with lock("with-paused", "1m") as held:
         assert held.fencing_token == 1
@@ -339,12 +339,15 @@ def test_without_the_journal_no_query_is_made() -> None:
 def test_a_pause_that_cannot_be_read_never_stops_the_job(
     django_db_blocker: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with override_settings(TSLOCK_PROVIDERS=MEMORY, TSLOCK_JOURNAL={"using": "unreachable"}):
-        with django_db_blocker.unblock(), caplog.at_level(logging.WARNING, logger="tslock_django"):
-            try:
-                out, err = command("journaled_job", "--shard", "blind")
-            finally:
-                connections["unreachable"].close()
+    with (
+        override_settings(TSLOCK_PROVIDERS=MEMORY, TSLOCK_JOURNAL={"using": "unreachable"}),
+        django_db_blocker.unblock(),
+        caplog.at_level(logging.WARNING, logger="tslock_django"),
+    ):
+        try:
+            out, err = command("journaled_job", "--shard", "blind")
+        finally:
+            connections["unreachable"].close()
     assert out == "done\n"
     assert "could not read whether 'journaled-blind' is paused" in caplog.text
     assert "unreachable-db-password" not in caplog.text + err

@@ -94,5 +94,5 @@ def _log(request: HttpRequest, name: str, what: str) -> None:
                 action_flag=CHANGE,
                 change_message=what,
             )
-    except Exception:  # noqa: BLE001 - the pause happened; only its history entry is missing
+    except Exception:  # the pause happened; only its history entry is missing
         logger.exception("tslock admin: %s %r, but the admin history entry could not be written", what, name)

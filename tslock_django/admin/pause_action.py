@@ -27,23 +27,24 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("tslock_django.admin")
 
-#: The POST's fields: the job's name, ``pause`` or ``resume``, and where to go back to.
-NAME_FIELD, ACTION_FIELD, NEXT_FIELD = "name", "action", "next"
+#: The POST's fields: ``pause=NAME`` or ``resume=NAME`` (the button pressed, so the Runs
+#: page's one change-list form carries a button per row), and where to go back to.
 ACTIONS = {"pause": pausing.pause, "resume": pausing.resume}
+NEXT_FIELD = "next"
 
 
 def toggle(admin: RunsAdmin, request: HttpRequest) -> HttpResponse:
-    """Pause or resume the posted name, then redirect back to the Runs page."""
+    """Pause or resume the posted name, then redirect back to the page it came from."""
     if not admin.has_pause_permission(request):
         raise PermissionDenied
     back = _back(admin, request)
-    name = request.POST.get(NAME_FIELD, "")
-    action = request.POST.get(ACTION_FIELD, "")
-    if not name or action not in ACTIONS:
+    pressed = [(action, request.POST[action]) for action in ACTIONS if request.POST.get(action)]
+    if len(pressed) != 1:
         messages.error(
             request, "The pause request named no job or no action; use the Pause and Resume buttons."
         )
         return HttpResponseRedirect(back)
+    [(action, name)] = pressed
     try:
         using = journal_database()
     except ValueError as err:

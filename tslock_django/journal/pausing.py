@@ -10,6 +10,7 @@ every other journal failure: the run goes on, and a warning is logged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -36,7 +37,10 @@ def is_paused(using: str, name: str) -> bool:
             with transaction.atomic(using=using):
                 return _paused(using, name)
         return _paused(using, name)
-    except DatabaseError as err:
+    except Exception as err:  # noqa: BLE001 - whatever it is, the job must not notice
+        if not conn.in_atomic_block:
+            with contextlib.suppress(Exception):  # only tidying after the warning's cause
+                conn.close_if_unusable_or_obsolete()
         text = cut(" ".join(hide_secrets(message_of(err)).split()), 300)
         logger.warning("tslock: could not read whether %r is paused (%s); it runs", name, text)
         return False

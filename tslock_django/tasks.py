@@ -102,8 +102,7 @@ def locked_task(
             body runs as it is iterated, after the call has returned).
 
     The decorated function raises, per call:
-        LockHeld: held elsewhere and ``on_locked="raise"`` (:class:`JobPaused`, a
-            ``LockHeld``, when the job is paused).
+        LockHeld: held elsewhere and ``on_locked="raise"`` (``JobPaused`` when the job is paused).
         LockProviderError, InvalidLockProvider: the store failed; the function did not run.
         ValueError: the name cannot be made from the arguments.
     """

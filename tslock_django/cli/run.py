@@ -38,8 +38,8 @@ DESCRIPTION = (
     "SIGKILL, the group is killed as well (a watchdog process in the group; on Linux also a "
     "parent-death signal), so PROGRAM never runs without its lock. A signal that arrives before "
     "PROGRAM starts keeps it from starting. Exit status: PROGRAM's, 128+N when signal N ended it, "
-    "0 when skipped (75 with --on-locked fail), 1 when the store failed, 127 when PROGRAM cannot "
-    "be started, 2 for a usage mistake."
+    "0 when skipped, held elsewhere or paused by tslock pause (75 with --on-locked fail), 1 when "
+    "the store failed, 127 when PROGRAM cannot be started, 2 for a usage mistake."
 )
 
 USAGE_HINT = "put the program after --, e.g. tslock run nightly-report --at-most-for 30m -- ./report.sh --all"

@@ -20,7 +20,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connections
+from django.db import connections, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -111,6 +111,16 @@ def test_resume_lets_the_next_run_take_the_lock(using: str) -> None:
         (outcomes.SUCCEEDED, "", 1),
     ]
     assert Job.objects.using(using).get(name="journaled-r").paused_at is None
+
+
+def test_a_paused_run_inside_the_callers_transaction_leaves_it_usable(using: str) -> None:
+    tslock("pause", "journaled-tx")
+    with transaction.atomic(using=using):
+        _, err = command("journaled_job", "--shard", "tx")
+        # The caller's transaction goes on after the pause was read and the skip written.
+        assert Job.objects.using(using).get(name="journaled-tx").runs_skipped == 1
+    assert "is paused" in err
+    assert [r.detail for r in runs_of(using, "journaled-tx")] == ["paused"]
 
 
 def test_pausing_twice_keeps_the_first_time_and_resuming_twice_changes_nothing(using: str) -> None:

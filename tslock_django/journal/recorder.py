@@ -182,9 +182,10 @@ class RunRecorder:
 
     # -- the four ways a run goes ------------------------------------------------------
 
-    def skipped(self, holder: Any | None) -> None:
-        """The lock was held elsewhere: one finished ``skipped`` row."""
-        self._write(lambda now: self._single(now, outcomes.SKIPPED, held_by=_holder(holder)))
+    def skipped(self, holder: Any | None, *, detail: str = "") -> None:
+        """The lock was held elsewhere (``holder``), or the job is paused (``detail``
+        ``"paused"``, no holder): one finished ``skipped`` row."""
+        self._write(lambda now: self._single(now, outcomes.SKIPPED, held_by=_holder(holder), detail=detail))
 
     def errored(self, err: BaseException) -> None:
         """The store failed and the job did not run: one finished ``error`` row."""

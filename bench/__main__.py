@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             "checks": startup.checks_time(runs),
             "httpx_imported": startup.httpx_imported(),
             "redis_imported": startup.redis_imported(),
+            "monitors": startup.monitored_startup(runs),
         }
     if "journal" in sections:
         print(
@@ -262,6 +263,11 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     if "redis_imported" in report.get("startup", {}):
         imported = report["startup"]["redis_imported"]
         found["redis-py not imported without a Redis provider"] = {"value": imported, "met": not imported}
+    monitored = report.get("startup", {}).get("monitors")
+    if monitored:
+        found["monitors and alerts configured: a locked command's start-up <= 1.05x without"] = target(
+            monitored["with_over_without"], 1.05, "<="
+        )
     return found
 
 
@@ -389,6 +395,13 @@ def render(report: dict[str, Any]) -> str:
             )
         if "redis_imported" in start:
             lines.append(f"redis-py imported with the database provider only: {start['redis_imported']}")
+        if "monitors" in start:
+            mon = start["monitors"]
+            lines.append(
+                f"scheduled locked command with monitors and alerts {mon['with']['median_ms']:.0f} ms, "
+                f"without {mon['without']['median_ms']:.0f} ms ({mon['with_over_without']:.3f}x; "
+                f"{mon['requests_received']} requests received)"
+            )
     from bench import jobbench
 
     lines += jobbench.render(report.get("jobs"))

@@ -13,6 +13,8 @@ Environment:
     BENCH_EDGE_URL     add a Durable Object provider "edge" (httpx import check)
     BENCH_DB_NAME      use this existing database as it is (a child of the scale benchmark)
     BENCH_JOURNAL      on (default, as in a project) | off: the run journal
+    BENCH_SCHEDULED    on: bench_locked has a schedule (TSLOCK_SCHEDULES), so monitors ping it
+    BENCH_MONITORS_URL TSLOCK_MONITORS (healthchecks) and TSLOCK_ALERTS (a webhook) at this URL
 """
 
 from __future__ import annotations
@@ -88,6 +90,20 @@ if os.environ.get("BENCH_EDGE_URL"):
     TSLOCK_PROVIDERS["edge"] = parse_provider_url(os.environ["BENCH_EDGE_URL"])
 
 TSLOCK_JOURNAL = None if os.environ.get("BENCH_JOURNAL") == "off" else {"using": "default"}
+if os.environ.get("BENCH_SCHEDULED") == "on":
+    TSLOCK_SCHEDULES = {"bench_locked": {"schedule": "1h"}}
+if os.environ.get("BENCH_MONITORS_URL"):
+    TSLOCK_MONITORS = {
+        "healthchecks": {"url": os.environ["BENCH_MONITORS_URL"], "ping_key": "bench-ping-key"},
+    }
+    TSLOCK_ALERTS = {
+        "channels": [
+            {
+                "BACKEND": "tslock_django.alerts.WebhookChannel",
+                "OPTIONS": {"url": os.environ["BENCH_MONITORS_URL"] + "/webhook"},
+            }
+        ]
+    }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGGING = {"version": 1, "disable_existing_loggers": False}

@@ -220,3 +220,83 @@ def checks_time(repeats: int) -> dict[str, Any]:
             "runs": len(values),
         }
     return found
+
+
+class _AnswerServer:
+    """A local server answering every request ``200 OK`` (healthchecks pings, webhook
+    posts), counting them: the monitors and alerts of the start-up benchmark."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        counted = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                counted.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"OK")
+
+            do_GET = do_POST
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.requests = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def monitored_startup(repeats: int) -> dict[str, Any]:
+    """Wall time of the scheduled ``bench_locked`` command (SQLite, the journal on) with
+    ``TSLOCK_MONITORS`` (healthchecks) and ``TSLOCK_ALERTS`` (a webhook) pointing at a
+    local server, and without them, alternating, ``repeats`` each; the ratio of the
+    medians. The process's time includes its pings going out at exit."""
+    samples: dict[str, list[float]] = {"without": [], "with": []}
+    server = _AnswerServer()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            base = _env(BENCH_SQLITE_NAME=str(_migrated_sqlite(Path(tmp))), BENCH_SCHEDULED="on")
+            envs = {"without": base, "with": {**base, "BENCH_MONITORS_URL": server.url}}
+            for i in range(repeats + 1):
+                order = ["without", "with"] if i % 2 == 0 else ["with", "without"]
+                for label in order:
+                    started = time.perf_counter()
+                    subprocess.run(
+                        [sys.executable, "-m", "django", "bench_locked"],
+                        cwd=ROOT,
+                        env=envs[label],
+                        check=True,
+                        capture_output=True,
+                    )
+                    if i:  # the first pair warms the bytecode cache and the disk
+                        samples[label].append((time.perf_counter() - started) * 1000)
+    finally:
+        server.close()
+    summary: dict[str, Any] = {
+        label: {
+            "median_ms": statistics.median(values),
+            "p10_ms": percentile(values, 0.1),
+            "p90_ms": percentile(values, 0.9),
+            "runs": len(values),
+        }
+        for label, values in samples.items()
+    }
+    summary["requests_received"] = server.requests
+    summary["with_over_without"] = summary["with"]["median_ms"] / summary["without"]["median_ms"]
+    return summary

@@ -1,5 +1,6 @@
 """`make demo`: two overlapping runs of one locked command; one runs, one skips; the run
-journal shows both.
+journal shows both. Then a run fails, and the operator is told once: one email and one
+signed webhook, however many times the jobs' status is evaluated afterwards.
 
 PROVIDER=edge runs the same demo against the companion Durable Object Worker on the
 local Workers runtime (Miniflare), so no Cloudflare account is needed.
@@ -7,12 +8,17 @@ local Workers runtime (Miniflare), so no Cloudflare account is needed.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import threading
 from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,10 +81,68 @@ def journal(env: dict[str, str]) -> None:
     print((overdue.stdout.rstrip() or overdue.stderr.rstrip()) + f"  (exit status {overdue.returncode})")
 
 
+class Receiver(ThreadingHTTPServer):
+    """The operator's webhook endpoint: keeps every notice whose signature is right."""
+
+    def __init__(self, secret: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Hook)
+        self.secret = secret.encode()
+        self.notices: list[dict[str, object]] = []
+        self.refused = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hooks/tslock"
+
+
+class _Hook(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        expected = "sha256=" + hmac.new(self.server.secret, body, hashlib.sha256).hexdigest()
+        if hmac.compare_digest(expected, self.headers.get("X-Tslock-Signature", "")):
+            self.server.notices.append(json.loads(body))
+            self.send_response(204)
+        else:
+            self.server.refused += 1
+            self.send_response(401)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # the demo prints what it received itself
+
+
+def failing_run(env: dict[str, str], receiver: Receiver) -> None:
+    """A run that fails: one email and one webhook say so, and evaluating again (as cron
+    would every minute with `tslock overdue --notify`) sends nothing more."""
+    mail = Path(env["DEMO_MAIL_DIR"])
+    shutil.rmtree(mail, ignore_errors=True)
+    receiver.notices.clear()
+    step("a run that fails (manage.py demo_report --seconds -1)")
+    show("the failing run", manage("demo_report", "--seconds", "-1", env=env, check=False))
+    for _ in range(2):
+        manage("tslock", "overdue", "--notify", env=env, check=False)
+    emails = sorted(mail.glob("*")) if mail.exists() else []
+    print(f"--- told once: {len(emails)} email, {len(receiver.notices)} webhook (after two more evaluations)")
+    for path in emails:
+        subject = next((line for line in path.read_text().splitlines() if line.startswith("Subject:")), "")
+        print(f"    email   {subject}")
+    for notice in receiver.notices:
+        print(f"    webhook {json.dumps(notice)}")
+    if len(emails) != 1 or len(receiver.notices) != 1 or receiver.notices[0].get("status") != "failing":
+        sys.exit("demo: expected one email and one webhook saying the job is failing; see the output above")
+
+
 def main() -> None:
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="testproject.settings", PYTHONUNBUFFERED="1")
     (ROOT / "var").mkdir(exist_ok=True)
     with ExitStack() as stack:
+        receiver = Receiver(secret=secrets.token_urlsafe(24))
+        threading.Thread(target=receiver.serve_forever, name="webhook", daemon=True).start()
+        stack.callback(receiver.shutdown)
+        env.update(DEMO_ALERT_WEBHOOK=receiver.url, DEMO_ALERT_SECRET=receiver.secret.decode())
+        env.setdefault("DEMO_MAIL_DIR", str(ROOT / "var" / "demo-mail"))
         if os.environ.get("PROVIDER", "") == "edge":
             from tslock_django.worker.runtime import LocalWorker
 
@@ -100,6 +164,7 @@ def main() -> None:
         listing = manage("tslock", "list", env=env, check=False)
         print(listing.stdout.rstrip() or listing.stderr.rstrip())
         journal(env)
+        failing_run(env, receiver)
     step("creating the demo superuser")
     password = secrets.token_urlsafe(12)
     manage("shell", "-c", _SUPERUSER.format(password=password), env=env)

@@ -4,6 +4,8 @@ Environment:
     DATABASE_URL   the database (default: SQLite file var/demo.sqlite3)
     TSLOCK_URL     the default lock provider (default: db://default)
     TSLOCK_EDGE_URL  an extra provider "edge" (e.g. cloudflare-do+http://TOKEN@127.0.0.1:8787/)
+    DEMO_ALERT_WEBHOOK  with DEMO_ALERT_SECRET: `make demo`'s alerts, to this webhook and by
+                   email to ADMINS, written as files in DEMO_MAIL_DIR (default var/demo-mail)
 """
 
 from __future__ import annotations
@@ -84,3 +86,21 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"tslock_django": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# `make demo` tells someone when a job fails: an email to ADMINS (files under var/demo-mail,
+# where a real project sends through its SMTP server) and a signed webhook to a receiver
+# that the demo runs.
+if env.str("DEMO_ALERT_WEBHOOK", default=""):
+    ADMINS = [("Demo operator", "operator@example.com")]
+    SERVER_EMAIL = "tslock-demo@example.com"
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = env.str("DEMO_MAIL_DIR", default=str(BASE_DIR / "var" / "demo-mail"))
+    TSLOCK_ALERTS = {
+        "channels": [
+            {"BACKEND": "tslock_django.alerts.EmailChannel"},
+            {
+                "BACKEND": "tslock_django.alerts.WebhookChannel",
+                "OPTIONS": {"url": env.str("DEMO_ALERT_WEBHOOK"), "secret": env.str("DEMO_ALERT_SECRET")},
+            },
+        ]
+    }

@@ -554,6 +554,8 @@ def test_each_subcommand_is_a_module_of_its_own_and_the_old_names_still_import()
         "run",
         "runs",
         "overdue",
+        "pause",
+        "resume",
     ]
     modules = {module.__name__ for module in SUBCOMMANDS.values()}
     assert len(modules) == len(SUBCOMMANDS)

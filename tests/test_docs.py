@@ -19,7 +19,8 @@ just before the fence (invisible on the rendered page):
     (``parse_provider_url``) that the provider would accept.
 
 Settings blocks read these environment variables, set here to harmless values:
-``TSLOCK_DO_TOKEN``, ``CLOUDFLARE_KV_API_TOKEN``, ``REDIS_LOCK_URL``.
+``TSLOCK_DO_TOKEN``, ``CLOUDFLARE_KV_API_TOKEN``, ``REDIS_LOCK_URL``, ``TSLOCK_WEBHOOK_SECRET``,
+``SLACK_WEBHOOK_URL``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ EXAMPLE_ENVIRONMENT = {
     "TSLOCK_DO_TOKEN": "example-worker-token",
     "CLOUDFLARE_KV_API_TOKEN": "example-api-token",
     "REDIS_LOCK_URL": "redis://:example-password@127.0.0.1:6379/0",
+    "TSLOCK_WEBHOOK_SECRET": "example-webhook-secret",
+    "SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
 }
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)")

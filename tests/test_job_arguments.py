@@ -1,7 +1,7 @@
 """A bad ``@locked_command`` / ``@locked_task`` argument is found by ``manage.py check``
 and ``tslock check`` (tslock.E010), before cron or a worker first imports the job.
 
-tests/badjobs holds the jobs: two commands and a task with bad arguments, a good
+tests/badjobs holds the jobs: five commands and a task with bad arguments, a good
 command, and a command that fails to import for a reason of its own (tslock.W001).
 """
 
@@ -43,6 +43,12 @@ EXPECTED = {
     "task 'tests.badjobs.tasks.Reports.nightly'": decorator_message(
         locked_task, "10m", schedule="1h", grace="soon"
     ),
+    "command 'badjobs: bad_failures'": decorator_message(
+        locked_command, "5m", schedule="1h", failures_before_alert=0
+    ),
+    "command 'badjobs: bad_max_duration'": decorator_message(
+        locked_command, "5m", schedule="1h", max_duration="a while"
+    ),
 }
 
 
@@ -69,7 +75,7 @@ def manage(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_each_message_names_the_argument() -> None:
-    words = ["lock_at_most_for", "schedule", "tz", "grace"]
+    words = ["lock_at_most_for", "schedule", "tz", "grace", "failures_before_alert", "max_duration"]
     for message, word in zip(EXPECTED.values(), words, strict=True):
         assert message.startswith(word) and "\n" not in message
 
@@ -79,7 +85,7 @@ def test_manage_py_check_names_each_job_and_argument_in_one_line() -> None:
     assert done.returncode == 1, done.stderr
     for job, message in EXPECTED.items():
         assert f"(tslock.E010) {job}: {message}\n" in done.stderr
-    assert done.stderr.count("tslock.E010") == 4, done.stderr
+    assert done.stderr.count("tslock.E010") == 6, done.stderr
     assert "Traceback" not in done.stderr
     # The good command is not reported; the broken one is named by its exception's
     # class, and its message (which may hold anything) is not quoted.
@@ -109,7 +115,7 @@ def test_tslock_check_reports_the_jobs_too() -> None:
     for job, message in EXPECTED.items():
         assert f"jobs: FAILED: {job}: {message}" in lines
     assert any(line.startswith("jobs: warning: command 'badjobs: broken_import'") for line in lines)
-    assert done.stderr.strip() == "CommandError: 4 job(s) have a bad decorator argument (tslock.E010)"
+    assert done.stderr.strip() == "CommandError: 6 job(s) have a bad decorator argument (tslock.E010)"
 
 
 def installed_with_badjobs() -> Any:
@@ -123,7 +129,7 @@ def test_the_check_runs_when_the_check_command_is_loaded_only(monkeypatch: pytes
         assert check_job_arguments() == []
         import django.core.management.commands.check  # noqa: F401  (what `manage.py check` loads)
 
-        assert [m.id for m in check_job_arguments()] == ["tslock.E010"] * 3 + ["tslock.W001", "tslock.E010"]
+        assert [m.id for m in check_job_arguments()] == ["tslock.E010"] * 5 + ["tslock.W001", "tslock.E010"]
 
 
 def test_the_check_looks_only_at_the_apps_it_is_given() -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .exceptions import (
         InvalidCursor,
         InvalidLockProvider,
+        JobPaused,
         LockHeld,
         LockProviderError,
         LockRateLimited,
@@ -61,6 +62,7 @@ _EXPORTS = {
     "locked_command": ".decorators",
     "InvalidCursor": ".exceptions",
     "InvalidLockProvider": ".exceptions",
+    "JobPaused": ".exceptions",
     "LockHeld": ".exceptions",
     "LockProviderError": ".exceptions",
     "LockRateLimited": ".exceptions",
@@ -77,6 +79,7 @@ __all__ = [
     "HeldLock",
     "InvalidCursor",
     "InvalidLockProvider",
+    "JobPaused",
     "ListedRecord",
     "ListingSupport",
     "LockConfiguration",

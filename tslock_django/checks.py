@@ -1,4 +1,4 @@
-"""System checks (``manage.py check``), with stable ids ``tslock.E001`` to ``tslock.E010``
+"""System checks (``manage.py check``), with stable ids ``tslock.E001`` to ``tslock.E011``
 and ``tslock.W001``, listed with what each means in ``docs/reference/checks.md``.
 
 Django runs the untagged checks at the start of every management command, so they read
@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
+from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import Warning as CheckWarning
 from django.views.decorators.debug import sensitive_variables
 
 from .conf import (
@@ -307,6 +309,123 @@ def check_journal(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             read()
         except ValueError as err:
             errors.append(Error(str(err), hint=see("reference/settings.md", setting), id="tslock.E009"))
+    return errors
+
+
+@register()
+def check_monitors(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``TSLOCK_MONITORS`` (tslock.E013); with ``sentry``, sentry-sdk installed and
+    initialised (tslock.W003); names of ``TSLOCK_SCHEDULES`` pinged under another slug,
+    under one slug with another name, or under none (tslock.W004). No network calls."""
+    from .monitors.config import SETTING, InvalidMonitors, read
+
+    try:
+        monitors = read(getattr(settings, SETTING, None))
+    except InvalidMonitors as err:
+        return [Error(str(err), hint=see("reference/settings.md", SETTING), id="tslock.E013")]
+    if monitors is None:
+        return []
+    found: list[CheckMessage] = []
+    if monitors.sentry:
+        problem = _sentry_problem()
+        if problem:
+            found.append(CheckWarning(problem, hint=see("howto/monitors.md"), id="tslock.W003"))
+    return found + _slug_warnings()
+
+
+def _sentry_problem() -> str:
+    """What keeps tslock's check-ins from Sentry, or ``""``: checked without importing
+    the SDK (a project that uses it has imported it by now, to initialise it)."""
+    import importlib.util
+
+    sdk = sys.modules.get("sentry_sdk")
+    if sdk is None and importlib.util.find_spec("sentry_sdk") is None:
+        return (
+            "TSLOCK_MONITORS has 'sentry' but sentry-sdk is not installed: install it "
+            "(pip install 'tslock-django[sentry]') and call sentry_sdk.init(dsn=...) in settings"
+        )
+    get_client = getattr(sdk, "get_client", None)
+    if get_client is None or not get_client().is_active():
+        return (
+            "TSLOCK_MONITORS has 'sentry' but sentry-sdk is not initialised in this process, so no "
+            "check-in would be sent: call sentry_sdk.init(dsn=...) in settings (sentry-sdk 2 or later)"
+        )
+    return ""
+
+
+def _slug_warnings() -> list[CheckMessage]:
+    from .journal.status import schedules_from_settings
+    from .monitors.slug import is_slug, slug_of
+
+    try:
+        names = list(schedules_from_settings())
+    except ValueError:  # tslock.E009 reports it
+        return []
+    found: list[CheckMessage] = []
+    by_slug: dict[str, list[str]] = {}
+    for name in names:
+        slug = slug_of(name)
+        by_slug.setdefault(slug, []).append(name)
+        if not slug:
+            found.append(
+                CheckWarning(
+                    f"TSLOCK_SCHEDULES[{name!r}] makes no monitor slug, so its runs are not "
+                    "pinged: give the job a name with a-z, 0-9, '-' or '_'",
+                    id="tslock.W004",
+                )
+            )
+        elif not is_slug(name):
+            found.append(
+                CheckWarning(
+                    f"TSLOCK_SCHEDULES[{name!r}] is pinged to its monitors as {slug!r} (a slug "
+                    "has only a-z, 0-9, '-' and '_')",
+                    hint=see("howto/monitors.md"),
+                    id="tslock.W004",
+                )
+            )
+    for slug, sharing in by_slug.items():
+        if slug and len(sharing) > 1:
+            found.append(
+                CheckWarning(
+                    f"TSLOCK_SCHEDULES names {sorted(sharing)} are all pinged as {slug!r}, one "
+                    "monitor for several jobs: rename all but one",
+                    id="tslock.W004",
+                )
+            )
+    return found
+
+
+@register()
+def check_alerts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``TSLOCK_ALERTS`` (tslock.E011): its shape, each BACKEND imported and each channel
+    built with its OPTIONS (a constructor reads them and opens no connection), and an
+    email channel for ``ADMINS`` when ``ADMINS`` is empty (it would send nothing)."""
+    from django.conf import settings
+
+    configured = getattr(settings, "TSLOCK_ALERTS", None)
+    if configured is None:
+        return []  # the common case, without importing the channels at every command's start
+    from .alerts.channels import EmailChannel
+    from .alerts.configured import SETTING as ALERTS
+    from .alerts.configured import build_channels
+    from .alerts.errors import InvalidAlertChannel
+
+    hint = see("reference/settings.md", ALERTS)
+    try:
+        channels = build_channels(configured)
+    except InvalidAlertChannel as err:
+        return [Error(str(err), hint=hint, id="tslock.E011")]
+    errors: list[CheckMessage] = []
+    for index, (_, channel) in enumerate(channels):
+        if isinstance(channel, EmailChannel) and channel.recipients is None and not settings.ADMINS:
+            errors.append(
+                Error(
+                    f"{ALERTS}['channels'][{index}]: an EmailChannel without recipients sends to "
+                    "ADMINS, and ADMINS is empty, so no notice would reach anyone",
+                    hint="Set ADMINS, or the channel's recipients option. " + hint,
+                    id="tslock.E011",
+                )
+            )
     return errors
 
 

@@ -20,7 +20,7 @@ from .core.configuration import LockConfiguration
 from .core.durations import DurationLike, parse_duration
 from .core.human import format_duration
 from .core.times import format_time
-from .exceptions import InvalidLockProvider, LockHeld, LockProviderError
+from .exceptions import InvalidLockProvider, JobPaused, LockHeld, LockProviderError
 from .guard import GuardedRun
 from .journal.schedules import Schedule, parse_schedule
 
@@ -49,6 +49,8 @@ def locked_command(
     schedule: object = None,
     grace: DurationLike | None = None,
     tz: str | None = None,
+    failures_before_alert: int | None = None,
+    max_duration: DurationLike | None = None,
 ) -> Callable[[C], C]:
     """Class decorator for a ``BaseCommand``: ``handle`` runs only under the lock.
 
@@ -69,9 +71,13 @@ def locked_command(
             the period, at least a minute).
         tz: the IANA time zone a cron ``schedule`` is read in (``"Europe/Berlin"``;
             default ``settings.TIME_ZONE``), daylight saving included.
+        failures_before_alert: how many failed runs in a row make the command
+            ``failing`` (a whole number from 1; default 1). Needs ``schedule``.
+        max_duration: how long a run may go on before the command is ``running_long``
+            (a duration; default: no bound). Needs ``schedule``.
 
     Every run is journaled (``TSLOCK_JOURNAL``): started, then succeeded or failed;
-    skipped when held elsewhere; error when the store failed.
+    skipped when held elsewhere or paused (``tslock pause``); error when the store failed.
 
     The command gains ``--lock-provider``, ``--lock-at-most-for``, ``--lock-at-least-for``
     and ``--lock-wait``. While ``handle`` runs, ``self.lock`` is the :class:`HeldLock`
@@ -79,7 +85,9 @@ def locked_command(
 
     Raises:
         ValueError: (``InvalidJobArgument``) bad durations, ``on_locked``,
-            ``max_wait``, ``schedule``, ``grace`` or ``tz``, when the decorator runs: at import.
+            ``max_wait``, ``schedule``, ``grace``, ``tz``, ``failures_before_alert`` or
+            ``max_duration`` (or one of the last four without ``schedule``), when the
+            decorator runs: at import.
             ``manage.py check`` reports it ahead of time (tslock.E010).
     """
     # Validate everything now, so a typo fails at import, not at 3 a.m.
@@ -88,7 +96,9 @@ def locked_command(
             raise ValueError(f"on_locked must be 'skip' or 'fail', got {on_locked!r}")
         LockConfiguration("probe", lock_at_most_for, lock_at_least_for)
         wait_cap = parse_duration(max_wait, field="max_wait")
-        job_schedule = declared_schedule(schedule, grace, tz)
+        job_schedule = declared_schedule(
+            schedule, grace, tz, failures_before_alert=failures_before_alert, max_duration=max_duration
+        )
 
     def decorate(cls: C) -> C:
         if not (isinstance(cls, type) and issubclass(cls, BaseCommand)):
@@ -172,13 +182,33 @@ def locked_command(
     return decorate
 
 
-def declared_schedule(schedule: object, grace: DurationLike | None, tz: object) -> Schedule | None:
-    """The ``schedule``, ``grace`` and ``tz`` of a job decorator, read (``ValueError``
-    when one is bad or given without a schedule)."""
-    for given, value in (("grace", grace), ("tz", tz)):
+def declared_schedule(
+    schedule: object,
+    grace: DurationLike | None,
+    tz: object,
+    *,
+    failures_before_alert: object = None,
+    max_duration: object = None,
+) -> Schedule | None:
+    """The ``schedule``, ``grace``, ``tz`` and alert thresholds of a job decorator, read
+    (``ValueError`` when one is bad or given without a schedule)."""
+    given = {
+        "grace": grace,
+        "tz": tz,
+        "failures_before_alert": failures_before_alert,
+        "max_duration": max_duration,
+    }
+    for argument, value in given.items():
         if schedule is None and value is not None:
-            raise ValueError(f"{given} is given without a schedule; give schedule= too (e.g. schedule='1h')")
-    return parse_schedule(schedule, grace, tz=tz) if schedule is not None else None
+            raise ValueError(
+                f"{argument} is given without a schedule; give schedule= too (e.g. schedule='1h'): "
+                "a job's status, and so its alerts, follow its schedule"
+            )
+    if schedule is None:
+        return None
+    return parse_schedule(
+        schedule, grace, tz=tz, failures_before_alert=failures_before_alert, max_duration=max_duration
+    )
 
 
 class InvalidJobArgument(ValueError):
@@ -207,8 +237,11 @@ def invalid_job_argument() -> Iterator[None]:
 
 def did_not_run(refused: LockHeld, job: str) -> str:
     """The line every door prints (after ``skipped: ``) when ``job`` found its lock held:
-    who holds it and until when, the time per the one rule (core/times.py)."""
+    who holds it and until when, the time per the one rule (core/times.py); or, for a
+    paused job, that it is paused and how to resume it."""
     holder = refused.holder
+    if isinstance(refused, JobPaused):
+        return f"{refused}; {job} did not run"
     if holder is None:
         held = str(refused)
     else:

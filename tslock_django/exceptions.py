@@ -61,6 +61,22 @@ class LockHeld(TslockError):
         super().__init__(describe_holder(name, holder))
 
 
+class JobPaused(LockHeld):
+    """The job is paused (``tslock pause NAME`` or the Runs page's action): its run
+    skipped without taking the lock. A :class:`LockHeld`, so every door treats it as
+    any skip (``on_locked`` applies); ``holder`` is ``None``.
+
+    Attributes:
+        name: the lock name.
+    """
+
+    def __init__(self, name: str) -> None:
+        # LockHeld's message names a holder; a paused job has none.
+        TslockError.__init__(self, f"job {name!r} is paused; tslock resume {name} lets it run again")
+        self.name = name
+        self.holder = None
+
+
 class StaleLockHandle(TslockError):
     """A ``SimpleLock`` was used after ``unlock()`` or after a successful ``extend()``.
 

@@ -20,7 +20,8 @@ from .core.aio import finish
 from .core.configuration import LockConfiguration
 from .core.durations import DurationLike
 from .core.executor import HeldLock, give_back, take
-from .exceptions import InvalidLockProvider, LockHeld, LockProviderError
+from .exceptions import InvalidLockProvider, JobPaused, LockHeld, LockProviderError
+from .journal.pausing import PAUSED, is_paused
 from .journal.recorder import RunRecorder, Writable, begin
 from .journal.schedules import Schedule
 from .tracing import RunSpan
@@ -69,7 +70,8 @@ class GuardedRun:
         """Take the lock; journal the run as started.
 
         Raises:
-            LockHeld: held elsewhere (journaled ``skipped``).
+            LockHeld: held elsewhere (journaled ``skipped``); :class:`JobPaused`, a
+                ``LockHeld``, when the job is paused (journaled ``skipped``, ``paused``).
             LockProviderError, InvalidLockProvider: the store failed or is misconfigured
                 (journaled ``error``): the job must not run.
             ValueError: keep-alive on a store that cannot extend that often.
@@ -78,6 +80,7 @@ class GuardedRun:
 
         self._begin()
         try:
+            self._refuse_if_paused()
             held, acquired = take(
                 providers.get(self.using), self.config, keep_alive=self.keep_alive, wait=self.wait
             )
@@ -103,6 +106,8 @@ class GuardedRun:
         # span): done here, it leaves no await for a cancellation to land between.
         self._begin()
         try:
+            if self._recorder is not None:
+                await self._journaling(self._refuse_if_paused)
             provider = providers.get(self.using)
             held, acquired = await atake(provider, self.config, keep_alive=self.keep_alive, wait=self.wait)
         except (LockHeld, LockProviderError, InvalidLockProvider) as err:
@@ -187,14 +192,24 @@ class GuardedRun:
             self._recorder = begin(self.config.name, self.using, schedule=self.schedule, stream=self.stream)
             self._span = begin_span(self.config.name, self.using)
 
+    def _refuse_if_paused(self) -> None:
+        """Before the lock is taken: a paused job's run goes no further (one read of the
+        journal, only when it is on; see :mod:`tslock_django.journal.pausing`)."""
+        recorder = self._recorder
+        if recorder is not None and is_paused(recorder.using, recorder.name):
+            raise JobPaused(self.config.name)
+
     def _not_taken(self, err: BaseException) -> None:
-        for entry in (self._recorder, self._span):
-            if entry is None:
-                continue
+        if self._recorder is not None:
             if isinstance(err, LockHeld):
-                entry.skipped(err.holder)
+                self._recorder.skipped(err.holder, detail=PAUSED if isinstance(err, JobPaused) else "")
             else:
-                entry.errored(err)
+                self._recorder.errored(err)
+        if self._span is not None:
+            if isinstance(err, LockHeld):
+                self._span.skipped(err.holder)
+            else:
+                self._span.errored(err)
 
     def _took(self, held: HeldLock, acquired: bool) -> HeldLock:
         self._hold(held, acquired)

@@ -65,7 +65,9 @@ class lock:
         wait: how long to keep trying while the lock is held (default: try once).
         on_locked: decorator only: ``"skip"`` (default) or ``"raise"``.
         journal: record each run in the journal (``TSLOCK_JOURNAL``) like a locked
-            command's: off by default, since ``lock`` also guards hot code paths.
+            command's: off by default, since ``lock`` also guards hot code paths. With
+            it, a paused name (``tslock pause``) skips: the decorator returns ``None``,
+            ``with`` raises :class:`~tslock_django.JobPaused` (a ``LockHeld``).
 
     Raises:
         ValueError: bad name, durations or ``on_locked`` (at construction).

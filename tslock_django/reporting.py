@@ -17,7 +17,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.views.debug import SafeExceptionReporterFilter
 
-from .core.scrubbing import provider_secrets, scrub
+from .core.scrubbing import channel_secrets, provider_secrets, scrub
 
 #: ``scheme://user:password@`` -> ``scheme://***@``.
 _USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^/@\s'\"]+@", re.IGNORECASE)
@@ -40,7 +40,8 @@ class TslockExceptionReporterFilter(SafeExceptionReporterFilter):
       Django hides, such as ``token`` and ``api_token``; the password of every URL among
       the OPTIONS, as written and decoded (``p%40ss`` and ``p@ss``); and the passwords of
       the ``CACHES`` entry a Redis provider's ``cache`` option names, so the password
-      redis-py holds while it connects (``auth_args``) does not show either;
+      redis-py holds while it connects (``auth_args``) does not show either; and the
+      secrets of the ``TSLOCK_ALERTS`` channels (a Slack hook's URL, a webhook's secret);
     - applies ``@sensitive_variables`` also when ``DEBUG = True``: Django skips it then,
       but a DEBUG page is often seen by more people than the settings file.
     """
@@ -93,9 +94,11 @@ class TslockExceptionReporterFilter(SafeExceptionReporterFilter):
     def _configured_secrets(self) -> list[str]:
         """The secrets ``TSLOCK_PROVIDERS`` configures: its OPTIONS values whose names
         Django hides, the passwords of the URLs among its OPTIONS, and those of the
-        ``CACHES`` entries its ``cache`` options name."""
+        ``CACHES`` entries its ``cache`` options name; and those of ``TSLOCK_ALERTS``'s
+        channels (a webhook's secret, the secret parts of their URLs)."""
         configured = getattr(settings, "TSLOCK_PROVIDERS", None)
-        return provider_secrets(configured, getattr(settings, "CACHES", None), self.hidden_settings)
+        found = provider_secrets(configured, getattr(settings, "CACHES", None), self.hidden_settings)
+        return found + channel_secrets(getattr(settings, "TSLOCK_ALERTS", None), self.hidden_settings)
 
 
 class _Masked:

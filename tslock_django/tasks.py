@@ -64,6 +64,8 @@ def locked_task(
     schedule: object = None,
     grace: DurationLike | None = None,
     tz: str | None = None,
+    failures_before_alert: int | None = None,
+    max_duration: DurationLike | None = None,
 ) -> Callable[[Callable[P, T]], Callable[P, T | None]]:
     """Decorate a function so that each call runs only while holding its lock.
 
@@ -80,8 +82,11 @@ def locked_task(
             succeeds) or ``"raise"`` (:class:`LockHeld`, for queues that retry).
         schedule, grace, tz: how often the task should run, for ``tslock overdue`` and
             the Runs page, and the zone a cron schedule is read in (as for ``locked_command``).
+        failures_before_alert, max_duration: the alert thresholds (as for
+            ``locked_command``; they need ``schedule``).
 
-    Every call is journaled: started, then succeeded or failed; skipped; error.
+    Every call is journaled: started, then succeeded or failed; skipped (held elsewhere,
+    or paused by ``tslock pause``: a skip, logged as paused); error.
 
     A coroutine function (``async def``, which django.tasks runs, as do async schedulers)
     gives a coroutine function that holds the lock until the coroutine has finished,
@@ -89,14 +94,15 @@ def locked_task(
 
     Raises:
         ValueError: (``InvalidJobArgument``) at decoration, that is at import: bad
-            durations, ``on_locked``, ``schedule``, ``grace`` or ``tz``, or a name template naming
+            durations, ``on_locked``, ``schedule``, ``grace``, ``tz``,
+            ``failures_before_alert`` or ``max_duration``, or a name template naming
             an argument the function does not take. ``manage.py check`` reports it ahead
             of time (tslock.E010) for the ``tasks`` module of each installed app.
         TypeError: at decoration: not a function, or an async generator function (its
             body runs as it is iterated, after the call has returned).
 
     The decorated function raises, per call:
-        LockHeld: held elsewhere and ``on_locked="raise"``.
+        LockHeld: held elsewhere and ``on_locked="raise"`` (``JobPaused`` when the job is paused).
         LockProviderError, InvalidLockProvider: the store failed; the function did not run.
         ValueError: the name cannot be made from the arguments.
     """
@@ -114,7 +120,9 @@ def locked_task(
             using=using,
             keep_alive=keep_alive,
             on_locked=on_locked,
-            schedule=declared_schedule(schedule, grace, tz),
+            schedule=declared_schedule(
+                schedule, grace, tz, failures_before_alert=failures_before_alert, max_duration=max_duration
+            ),
         )
 
     def decorate(func: Callable[P, T]) -> Callable[P, T | None]:

@@ -307,9 +307,11 @@ def test_the_first_page_reads_one_page_of_names_whatever_the_table_holds(
     for i in range(200):
         job(f"many-{i:03d}", outcome=outcomes.SUCCEEDED, started=M)
     many = journal_queries()
-    assert len(few) == len(many) == 1
+    # One read of the page's names, and one of their newest notifications.
+    assert len(few) == len(many) == 2
     assert "LIMIT 6" in many[0] and "OFFSET" not in many[0].upper()
     assert "COUNT(" not in many[0].upper()
+    assert "tslock_notification" in many[1] and "tslock_notification" not in many[0]
 
 
 def test_a_status_filter_reads_a_bounded_number_of_batches_and_says_where_it_stopped(

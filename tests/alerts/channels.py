@@ -8,8 +8,6 @@ import threading
 import time
 from collections import defaultdict
 
-import httpx
-
 from tslock_django.alerts import Notice
 
 #: What each in-process ``Recording`` box was sent, in order.
@@ -37,24 +35,6 @@ class Hung:
 
     def send(self, notice: Notice) -> None:
         RELEASE.wait(60)
-
-
-class Posting:
-    """POSTs the notice's JSON to ``url`` with its id in ``X-Tslock-Notification-Id``;
-    an HTTP error status is a failure."""
-
-    def __init__(self, url: str, timeout: float = 5.0) -> None:
-        self.url = url
-        self.timeout = timeout
-
-    def send(self, notice: Notice) -> None:
-        answer = httpx.post(
-            self.url,
-            json=notice.as_json(),
-            headers={"X-Tslock-Notification-Id": str(notice.id)},
-            timeout=self.timeout,
-        )
-        answer.raise_for_status()
 
 
 class Appending:

@@ -5,6 +5,7 @@ job and loses nothing; four evaluators at once still send each change once."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,10 +23,11 @@ from django.db import connections
 from django.test import override_settings
 
 from tests.alerts import channels
-from tests.alerts.receiver import receiver
+from tests.alerts.receivers import WebhookReceiver, http_server
 from tests.conftest import database_marks
 from tslock_django import LockConfiguration
 from tslock_django.alerts import after_run, evaluation
+from tslock_django.alerts.configured import channel_key
 from tslock_django.alerts.evaluation import LOCK_NAME, evaluate
 from tslock_django.journal import outcomes
 from tslock_django.journal.models import Job, Notification
@@ -34,6 +36,9 @@ from tslock_django.providers.database import DatabaseLockProvider
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY = {"default": {"BACKEND": "tslock_django.providers.memory.MemoryLockProvider"}}
 RECORDING = {"channels": [{"BACKEND": "tests.alerts.channels.Recording", "OPTIONS": {"box": "main"}}]}
+MAIN = channel_key("tests.alerts.channels.Recording", {"box": "main"})
+DOWN = channel_key("tests.alerts.channels.Recording", {"box": "down"})
+UP = channel_key("tests.alerts.channels.Recording", {"box": "up"})
 
 DATABASES = [
     pytest.param("default", marks=pytest.mark.django_db(databases=["default"], transaction=True)),
@@ -105,8 +110,8 @@ def test_a_failed_run_is_one_failing_notice_and_the_next_success_one_ok(using: s
     assert sent() == [("journaled-a", "ok", "failing"), ("journaled-a", "failing", "ok")]
     rows = notes(using)
     assert [(n.status, n.previous, n.delivered) for n in rows] == [
-        ("failing", "ok", ["0:tests.alerts.channels.Recording"]),
-        ("ok", "failing", ["0:tests.alerts.channels.Recording"]),
+        ("failing", "ok", [MAIN]),
+        ("ok", "failing", [MAIN]),
     ]
     assert all(n.sent_at is not None and n.attempts == 1 and n.last_error == "" for n in rows)
     assert Job.objects.using(using).get(name="journaled-a").notified_status == "ok"
@@ -180,11 +185,11 @@ def test_a_channel_that_raises_changes_nothing_and_gets_the_notice_once_it_works
         [row] = Job.objects.using(using).filter(name="journaled-d").values_list("last_outcome", flat=True)
         assert row == outcomes.FAILED, "the run is journaled as it ended"
         [note] = notes(using)
-        assert note.sent_at is None and note.delivered == ["1:tests.alerts.channels.Recording"]
-        assert note.last_error.startswith("0:tests.alerts.channels.Recording: ConnectionRefusedError: ")
+        assert note.sent_at is None and note.delivered == [UP]
+        assert note.last_error.startswith(f"{DOWN}: ConnectionRefusedError: ")
         assert sent("up") == [("journaled-d", "ok", "failing")] and sent("down") == []
         code, _, err = overdue("--notify")
-        assert code == 1 and "channel 0:tests.alerts.channels.Recording failed (ConnectionRefusedError" in err
+        assert code == 1 and f"channel {DOWN} failed (ConnectionRefusedError" in err
         channels.DOWN.clear()
         assert overdue("--notify")[0] == 1
         assert overdue("--notify")[0] == 1
@@ -229,22 +234,25 @@ def test_an_http_500_leaves_tslock_runs_exit_status_and_the_notice_is_sent_once_
     using: str, tmp_path: Path
 ) -> None:
     taken = tmp_path / "taken.txt"
-    with receiver() as hook:
-        hook.status = 500
-        env = {"ALERTS_URL": hook.url, "ALERTS_FILE": str(taken)}
+    secret = "whsec-evaluation-test-secret"
+    hook = WebhookReceiver(secret=secret, status=500)
+    with http_server(hook) as base:
+        env = {"ALERTS_URL": f"{base}/hook", "ALERTS_SECRET": secret, "ALERTS_FILE": str(taken)}
         program = [sys.executable, "-c", "import sys; sys.exit(3)"]
         argv = ["tslock", "run", "report", "--at-most-for", "1m", "--schedule", "1h", "--", *program]
         code, _, err = finished(manage(using, *argv, **env))
         assert code == 3, f"the program's own exit status, whatever the channel does: {err}"
-        assert [body["status"] for _, body in hook.requests] == ["failing"]
+        assert [json.loads(r.body)["status"] for r in hook.received] == ["failing"]
         assert len(taken.read_text().splitlines()) == 1, "the other channel took it at once"
         [note] = notes(using)
-        assert note.sent_at is None and "HTTPStatusError" in note.last_error and "500" in note.last_error
-        hook.status = 200
+        assert note.sent_at is None and "500" in note.last_error and secret not in note.last_error
+        hook.status = 204
         for _ in range(2):
             code, out, err = finished(manage(using, "tslock", "overdue", "--notify", **env))
             assert code == 1 and "failing      report: last run failed at " in out, err
-    assert [request_id for request_id, _ in hook.requests] == [str(note.id)] * 2, "one retry, then no more"
+    ids = [r.headers["x-tslock-notification-id"] for r in hook.received]
+    assert ids == [str(note.id)] * 2, "one retry, then no more"
+    assert all(r.signature_valid for r in hook.received)
     assert len(taken.read_text().splitlines()) == 1
     note.refresh_from_db(using=using)
     assert note.sent_at is not None and note.attempts == 3

@@ -160,3 +160,21 @@ def test_the_runs_pages_fit_a_1366_pixel_window(
             page.wait_for_selector("#job-summary")
             page.screenshot(path=str(ARTIFACTS / "run-history-1366.png"), full_page=True)
     assert str(2**63 - 1) in page.inner_text("#result_list")
+
+
+def test_pause_and_resume_a_job_from_the_runs_page(
+    page: Any, live_server: Any, admin_user: Any, journal: None
+) -> None:
+    job("sync-users", schedule="1h", outcome=outcomes.SUCCEEDED, started=5 * M, success=5 * M)
+    log_in(page, live_server, admin_user, "/admin/tslock_django/job/")
+    page.wait_for_selector("#result_list")
+    row = page.locator('tr[data-name="sync-users"]')
+    assert not row.locator(".tslock-paused").count()
+    follow(page, 'tr[data-name="sync-users"] button.tslock-pause')
+    page.wait_for_selector("#result_list")
+    assert "Paused sync-users at " in page.inner_text(".messagelist")
+    assert row.locator(".tslock-badge.tslock-paused").inner_text() == "paused"
+    follow(page, 'tr[data-name="sync-users"] button.tslock-resume')
+    page.wait_for_selector("#result_list")
+    assert "Resumed sync-users" in page.inner_text(".messagelist")
+    assert not row.locator(".tslock-paused").count()

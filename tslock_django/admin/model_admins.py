@@ -11,7 +11,8 @@ instead.
 
 Permissions (the same for both pages):
     ``tslock_django.view_lock`` to see the pages and the release history (being staff is
-    not enough); ``tslock_django.release_lock`` as well to force-release.
+    not enough); ``tslock_django.release_lock`` as well to force-release, and to pause or
+    resume a job on the Runs page.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.http import require_POST
 
-from . import locks_page, release, runs_page
+from . import locks_page, pause_action, release, runs_page
 
 VIEW_PERMISSION = "tslock_django.view_lock"
 RELEASE_PERMISSION = "tslock_django.release_lock"
@@ -188,7 +189,13 @@ class RunsAdmin(TslockPageAdmin):
         return [
             path("", self.wrap(self.changelist_view), name=f"{base}_changelist"),
             path("history/", self.wrap(self.run_history_view), name=f"{base}_history"),
+            path("pause/", self.wrap(self.pause_view), name=f"{base}_pause"),
         ]
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        """Pause and resume jobs: ``release_lock`` beside ``view_lock`` (a pause keeps a
+        job from taking its lock, as a force release acts on one)."""
+        return self.has_view_permission(request) and request.user.has_perm(RELEASE_PERMISSION)
 
     def context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
         return self.base_context(
@@ -197,6 +204,8 @@ class RunsAdmin(TslockPageAdmin):
             changelist_url=self.url("changelist"),
             runs_url=self.url("changelist"),
             locks_url=self.sibling_url("lock", "changelist"),
+            pause_url=self.url("pause"),
+            can_pause=self.has_pause_permission(request),
             **extra,
         )
 
@@ -213,3 +222,10 @@ class RunsAdmin(TslockPageAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         return runs_page.history(self, request)
+
+    def pause_view(self, request: HttpRequest) -> HttpResponse:
+        """POST ``name`` and ``action`` (``pause`` or ``resume``): set or clear its pause."""
+        return csrf_protect(require_POST(self._pause))(request)
+
+    def _pause(self, request: HttpRequest) -> HttpResponse:
+        return pause_action.toggle(self, request)

@@ -21,21 +21,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from django.contrib import messages
 from django.db import DatabaseError
-from django.db.models import F, Q
+from django.db.models import F, Max, Q
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.template.response import TemplateResponse
 from django.utils.http import urlencode
 
 from ..core.scrubbing import hide_secrets
 from ..journal import outcomes
-from ..journal.models import Job, Run, journal_name
+from ..journal.models import Job, Notification, Run, journal_name
 from ..journal.recorder import from_db, journal_database, to_db
 from ..journal.schedules import Schedule
 from ..journal.status import (
@@ -119,6 +119,32 @@ class JobRow:
     last_outcome: str
     history_url: str
     now: datetime
+    #: The name's newest notification (:func:`with_notifications`), if any.
+    notification: Notification | None = None
+
+    @property
+    def paused_at(self) -> datetime | None:
+        """When the job was paused (``tslock pause`` or the Pause button); ``None``: it runs."""
+        return from_db(self.job.paused_at) if self.job else None
+
+    @property
+    def notified_at(self) -> datetime | None:
+        return from_db(self.notification.at) if self.notification else None
+
+    @property
+    def notification_pending(self) -> bool:
+        """The newest notification is still to reach a channel (``sent_at`` not set)."""
+        return self.notification is not None and self.notification.sent_at is None
+
+    @property
+    def notification_title(self) -> str:
+        found = self.notification
+        if found is None:
+            return ""
+        title = f"{found.previous or 'ok'} -> {found.status}: {hide_secrets(found.reason)}"
+        if found.sent_at is None and found.last_error:
+            title += f" (last channel failure: {hide_secrets(found.last_error)})"
+        return title
 
     @property
     def status_label(self) -> str:
@@ -398,6 +424,19 @@ def _wanted(row: JobRow, status: str) -> bool:
     return row.status is not None and row.status.status == status
 
 
+def with_notifications(using: str, rows: list[JobRow]) -> list[JobRow]:
+    """``rows`` with each name's newest ``Notification``, read in one query for all of
+    them (the newest id per name, through the ``(name, -id)`` index), not one per row."""
+    names = {journal_name(row.name) for row in rows if row.job is not None}
+    if not names:
+        return rows
+    newest = (
+        Notification.objects.using(using).filter(name__in=names).values("name").annotate(newest=Max("id"))
+    )
+    found = {n.name: n for n in Notification.objects.using(using).filter(id__in=newest.values("newest"))}
+    return [replace(row, notification=found.get(journal_name(row.name))) for row in rows]
+
+
 def never_run(
     admin: RunsAdmin, using: str, filters: RunsFilters, configured: Mapping[str, Schedule], now: datetime
 ) -> list[JobRow]:
@@ -426,6 +465,7 @@ def render(admin: RunsAdmin, request: HttpRequest, extra_context: Mapping[str, A
     if using is not None:
         try:
             page = read_jobs(admin, using, filters, configured, now, admin.list_per_page)
+            page.rows = with_notifications(using, page.rows)
             unseen = never_run(admin, using, filters, configured, now)
         except DatabaseError as err:
             _unreadable(request, using, err)
@@ -455,6 +495,7 @@ def render(admin: RunsAdmin, request: HttpRequest, extra_context: Mapping[str, A
         first_url=filters.link() if (filters.after or filters.before) else "",
         stopped_at=page.stopped_at,
         scan_limit=SCAN_BATCHES * admin.list_per_page,
+        back_url=request.get_full_path(),
         now=now,
         is_nav_sidebar_enabled=False,
         **(extra_context or {}),
@@ -520,7 +561,7 @@ def history(admin: RunsAdmin, request: HttpRequest) -> HttpResponse:
                 previous_url = "?" + urlencode({**base, AFTER_VAR: encode_position(rows[0].run)})
             job = Job.objects.using(using).filter(name=journal_name(name)).first()
             if job is not None or name in configured:
-                job_row = _row(admin, name, job, configured, now)
+                [job_row] = with_notifications(using, [_row(admin, name, job, configured, now)])
             if job is not None:
                 counts = [
                     (outcomes.SUCCEEDED, job.runs_succeeded),
@@ -545,6 +586,7 @@ def history(admin: RunsAdmin, request: HttpRequest) -> HttpResponse:
         previous_url=previous_url,
         first_url=("?" + urlencode(base)) if (after or before) else "",
         locks_link=locks_link,
+        back_url=request.get_full_path(),
         now=now,
         is_nav_sidebar_enabled=False,
     )

@@ -53,8 +53,11 @@ logger = logging.getLogger("tslock_django")
 
 #: The evaluators' lock, in the journal database's ``tslock_lock`` table.
 LOCK_NAME = "tslock:alerts"
-#: How long one channel's ``send`` may take before it counts as failed (seconds).
+#: How long one channel's ``send`` may take before it counts as failed (seconds), for a
+#: channel without a ``timeout`` of its own; one with it (the built-in channels' option)
+#: gets that and :data:`DEADLINE_MARGIN` more, so its own timeout is what the user sees.
 SEND_DEADLINE = 5.0
+DEADLINE_MARGIN = 1.0
 #: After this long (seconds) an evaluation starts no more sends; the rest wait for the
 #: next evaluation.
 SENDING_BUDGET = 60.0
@@ -97,8 +100,9 @@ def evaluate(
             (false for an evaluation at another instant than now).
 
     Raises:
-        ValueError: the journal is off, or ``TSLOCK_JOURNAL``, ``TSLOCK_SCHEDULES`` or
-            ``TSLOCK_ALERTS`` is malformed.
+        ValueError: the journal is off, or ``TSLOCK_JOURNAL`` or ``TSLOCK_SCHEDULES``
+            is malformed.
+        InvalidAlertChannel: ``TSLOCK_ALERTS`` is malformed.
         DatabaseError: the journal could not be read or written.
         LockProviderError: the evaluators' lock could not be taken (its store failed).
 
@@ -186,7 +190,7 @@ def deliver(using: str, channels: list[tuple[str, Channel]], found: Evaluation) 
                 continue
             if time.monotonic() - started > SENDING_BUDGET:
                 return
-            error = send_within(channel, notice_of(note), SEND_DEADLINE)
+            error = send_within(channel, notice_of(note), deadline_of(channel))
             note.attempts += 1
             if error is None:
                 note.delivered = [*note.delivered, key]
@@ -216,6 +220,14 @@ def notice_of(note: Notification) -> Notice:
         last_success_at=from_db(note.last_success_at),
         id=note.id,
     )
+
+
+def deadline_of(channel: Channel) -> float:
+    """How long ``channel``'s ``send`` may take (see :data:`SEND_DEADLINE`)."""
+    own = getattr(channel, "timeout", None)
+    if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0:
+        return float(own) + DEADLINE_MARGIN
+    return SEND_DEADLINE
 
 
 def send_within(channel: Channel, notice: Notice, deadline: float) -> str | None:

@@ -15,7 +15,20 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any, Protocol
 
-from . import check, list_locks, overdue, purge, reindex, release, run, runs, runtime, worker
+from . import (
+    check,
+    list_locks,
+    overdue,
+    pause,
+    purge,
+    reindex,
+    release,
+    resume,
+    run,
+    runs,
+    runtime,
+    worker,
+)
 
 
 class Subcommand(Protocol):
@@ -42,4 +55,6 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "run": run,
     "runs": runs,
     "overdue": overdue,
+    "pause": pause,
+    "resume": resume,
 }

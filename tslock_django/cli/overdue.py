@@ -108,13 +108,14 @@ def _notify(command: BaseCommand, at: datetime | None) -> None:
     stderr, the journal's (or the lock's) a ``CommandError`` with exit status 2."""
     from django.db import DatabaseError
 
+    from ..alerts.errors import InvalidAlertChannel
     from ..alerts.evaluation import evaluate
     from ..exceptions import LockProviderError
 
     using = _journal()
     try:
         done = evaluate(now=at, using=using, record=at is None)
-    except ValueError as err:  # TSLOCK_SCHEDULES or TSLOCK_ALERTS malformed
+    except (ValueError, InvalidAlertChannel) as err:  # TSLOCK_SCHEDULES or TSLOCK_ALERTS malformed
         raise CommandError(str(err), returncode=UNREADABLE) from err
     except (DatabaseError, LockProviderError) as err:
         cause = " ".join(hide_secrets(f"{type(err).__name__}: {err}").split())

@@ -38,8 +38,8 @@ DESCRIPTION = (
     "SIGKILL, the group is killed as well (a watchdog process in the group; on Linux also a "
     "parent-death signal), so PROGRAM never runs without its lock. A signal that arrives before "
     "PROGRAM starts keeps it from starting. Exit status: PROGRAM's, 128+N when signal N ended it, "
-    "0 when skipped (75 with --on-locked fail), 1 when the store failed, 127 when PROGRAM cannot "
-    "be started, 2 for a usage mistake."
+    "0 when skipped, held elsewhere or paused by tslock pause (75 with --on-locked fail), 1 when "
+    "the store failed, 127 when PROGRAM cannot be started, 2 for a usage mistake."
 )
 
 USAGE_HINT = "put the program after --, e.g. tslock run nightly-report --at-most-for 30m -- ./report.sh --all"
@@ -68,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     the program and its arguments, never read as options of tslock)."""
     parser.usage = (
         "%(prog)s NAME --at-most-for D [--at-least-for D] [--keep-alive] [--provider A] [--wait D] "
-        "[--on-locked {skip,fail}] [--schedule S [--grace G] [--tz Z]] -- PROGRAM [ARGS...]"
+        "[--on-locked {skip,fail}] [--schedule S [--grace G] [--tz Z] [--failures-before-alert N] "
+        "[--max-duration D]] -- PROGRAM [ARGS...]"
     )
     parser.description = DESCRIPTION
     parser.add_argument("name", type=_name, metavar="NAME", help="The lock name.")
@@ -116,7 +117,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="Z",
         help="The IANA time zone a cron --schedule is read in, e.g. Europe/Berlin (default: TIME_ZONE).",
     )
+    parser.add_argument(
+        "--failures-before-alert",
+        type=_failures,
+        metavar="N",
+        help="How many failed runs in a row make the job failing (default 1; needs --schedule).",
+    )
+    parser.add_argument(
+        "--max-duration",
+        type=_bound,
+        metavar="D",
+        help="How long a run may go on before the job is running_long (needs --schedule).",
+    )
     _split_at_double_dash(parser)
+
+
+def _bound(text: str) -> timedelta:
+    """``--max-duration``: a duration of more than zero."""
+    bound: timedelta = _duration("--max-duration")(text)
+    if bound <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"{text!r} is no time at all; give a positive duration, e.g. 30m")
+    return bound
+
+
+def _failures(text: str) -> int:
+    """``--failures-before-alert``: a whole number from 1."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number from 1; give how many failed runs in a row make the job "
+            "failing, e.g. 3 (1: alert on the first failure)"
+        )
+    return count
 
 
 def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
@@ -155,10 +190,23 @@ def _check_together(parser: argparse.ArgumentParser, options: argparse.Namespace
         parser.error("--grace needs --schedule (e.g. --schedule 1h --grace 10m)")
     if options.tz is not None and options.schedule is None:
         parser.error("--tz needs --schedule (e.g. --schedule '30 2 * * *' --tz Europe/Berlin)")
+    if options.failures_before_alert is not None and options.schedule is None:
+        parser.error(
+            "--failures-before-alert needs --schedule (e.g. --schedule 1h --failures-before-alert 3)"
+        )
+    if options.max_duration is not None and options.schedule is None:
+        parser.error("--max-duration needs --schedule (e.g. --schedule 1h --max-duration 20m)")
     try:
         LockConfiguration(options.name, options.at_most_for, options.at_least_for)
         options.job_schedule = (
-            parse_schedule(options.schedule, options.grace, tz=options.tz, field="--schedule")
+            parse_schedule(
+                options.schedule,
+                options.grace,
+                tz=options.tz,
+                failures_before_alert=options.failures_before_alert,
+                max_duration=options.max_duration,
+                field="--schedule",
+            )
             if options.schedule is not None
             else None
         )

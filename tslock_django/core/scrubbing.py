@@ -71,6 +71,56 @@ def url_passwords(url: str) -> list[str]:
     return [secret for secret in dict.fromkeys(found) if secret]
 
 
+#: A path segment of a channel's URL at least this long is a secret on its own (a Slack
+#: hook's last segment has 24 characters); a shorter one is more likely a word
+#: ("services", "hooks") that masking would take out of every text.
+SECRET_SEGMENT_CHARS = 16
+
+
+def url_secrets(url: str) -> list[str]:
+    """What a webhook URL may hold as a credential: its password (as
+    :func:`url_passwords` finds it) and whole userinfo, a user name long enough to be a
+    token (:data:`SECRET_SEGMENT_CHARS`: ``https://TOKEN@host``; a short one is a word
+    such as "tslock"), its path (a Slack, Discord or Teams hook is its path), each path
+    segment as long, its query (a token parameter) and each query value, and its
+    fragment; each as written and decoded. What is left, ``scheme://host:port``, is what
+    messages may show (:func:`url_origin`). ``[]`` for a text that is not a URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        parts = urlsplit(url.replace("[", "").replace("]", ""))
+    if not parts.scheme or not parts.netloc:
+        return []
+    found = url_passwords(url)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if at:
+        user = userinfo.partition(":")[0]
+        found.append(userinfo)
+        found += [form for form in (user, unquote(user)) if len(form) >= SECRET_SEGMENT_CHARS]
+    if parts.path not in ("", "/"):
+        found += [parts.path, unquote(parts.path)]
+        found += [segment for segment in parts.path.split("/") if len(segment) >= SECRET_SEGMENT_CHARS]
+    if parts.query:
+        found += [parts.query, unquote_plus(parts.query)]
+        for pair in parts.query.split("&"):
+            value = pair.partition("=")[2]
+            found += [value, unquote_plus(value)]
+    if parts.fragment:
+        found += [parts.fragment, unquote(parts.fragment)]
+    return [secret for secret in dict.fromkeys(found) if secret]
+
+
+def url_origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: what a message about a webhook shows of it
+    (the rest may be a credential, see :func:`url_secrets`)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(an unreadable URL)"
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}" if parts.scheme and host else "(an unreadable URL)"
+
+
 def _lower_percent(text: str) -> str:
     # %2F and %2f are the same byte; servers differ in which they write.
     parts = text.split("%")
@@ -134,7 +184,16 @@ MIN_SECRET_CHARS = 6
 SECRET_OPTION_NAMES = r"(?i)token|secret|pass|api_?key|auth|credential|signature|private"
 
 #: The settings :func:`configured_secrets` reads; a change of any of them resets it.
-SECRET_SETTINGS = ("TSLOCK_PROVIDERS", "DATABASES", "CACHES", "SECRET_KEY", "SECRET_KEY_FALLBACKS")
+SECRET_SETTINGS = (
+    "TSLOCK_PROVIDERS",
+    "DATABASES",
+    "CACHES",
+    "SECRET_KEY",
+    "SECRET_KEY_FALLBACKS",
+    "TSLOCK_ALERTS",
+    "EMAIL_HOST_PASSWORD",
+    "TSLOCK_MONITORS",
+)
 
 # (the settings' objects it was computed from, the secrets, every form of them longest first)
 _known: tuple[tuple[object, ...], tuple[str, ...], tuple[str, ...]] | None = None
@@ -167,9 +226,34 @@ def provider_secrets(configured: object, caches: object, hidden: re.Pattern[str]
     return found
 
 
+def channel_secrets(configured: object, hidden: re.Pattern[str]) -> list[str]:
+    """The secrets a ``TSLOCK_ALERTS`` setting (``configured``) holds: in each channel's
+    OPTIONS, the values whose names ``hidden`` matches (a webhook's ``secret``) or that
+    the channel class declares secret (its ``secret_options``), and the secret parts of
+    every URL among them (:func:`url_secrets`: a Slack hook's path, a token in a query).
+    A malformed setting yields what can be read of it (the system check reports the rest)."""
+    found: list[str] = []
+    channels = configured.get("channels") if isinstance(configured, Mapping) else None
+    if not isinstance(channels, (list, tuple)):
+        return found
+    for entry in channels:
+        options = entry.get("OPTIONS") if isinstance(entry, Mapping) else None
+        if not isinstance(options, Mapping):
+            continue
+        declared = _declared_secret_options(entry.get("BACKEND"))
+        for key, value in options.items():
+            if not isinstance(value, str) or not value:
+                continue
+            if isinstance(key, str) and (key in declared or hidden.search(key)):
+                found.append(value)
+            if "://" in value:
+                found += url_secrets(value)
+    return found
+
+
 def _declared_secret_options(backend: object) -> frozenset[str]:
-    """The ``secret_options`` a provider class declares; none for a backend that cannot
-    be imported (the settings' check reports that, not this)."""
+    """The ``secret_options`` a provider or channel class declares; none for a backend
+    that cannot be imported (the settings' check reports that, not this)."""
     if not isinstance(backend, str):
         return frozenset()
     from django.utils.module_loading import import_string
@@ -194,10 +278,30 @@ def _database_passwords(entry: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def monitor_secrets(monitors: object) -> list[str]:
+    """The secrets of a ``TSLOCK_MONITORS`` setting: healthchecks' ``ping_key`` (anyone
+    holding it can ping the project's checks) and any password in its ``url``."""
+    healthchecks = monitors.get("healthchecks") if isinstance(monitors, Mapping) else None
+    if not isinstance(healthchecks, Mapping):
+        return []
+    key, url = healthchecks.get("ping_key"), healthchecks.get("url")
+    return ([key] if isinstance(key, str) else []) + (url_passwords(url) if isinstance(url, str) else [])
+
+
 def _collect(
-    providers: object, databases: object, caches: object, key: object, fallbacks: object
+    providers: object,
+    databases: object,
+    caches: object,
+    key: object,
+    fallbacks: object,
+    alerts: object,
+    email_password: object,
+    monitors: object,
 ) -> list[str]:
-    found = provider_secrets(providers, caches, re.compile(SECRET_OPTION_NAMES))
+    hidden = re.compile(SECRET_OPTION_NAMES)
+    found = provider_secrets(providers, caches, hidden) + channel_secrets(alerts, hidden)
+    if isinstance(email_password, str):
+        found.append(email_password)
     if isinstance(databases, Mapping):
         for entry in databases.values():
             if isinstance(entry, Mapping):
@@ -209,15 +313,16 @@ def _collect(
     found.append(key if isinstance(key, str) else "")
     if isinstance(fallbacks, (list, tuple)):
         found += [fallback for fallback in fallbacks if isinstance(fallback, str)]
-    return found
+    return found + monitor_secrets(monitors)
 
 
 def configured_secrets() -> tuple[str, ...]:
     """Every secret the project's settings configure, of at least
     :data:`MIN_SECRET_CHARS` characters: those of ``TSLOCK_PROVIDERS`` (see
-    :func:`provider_secrets`), every ``DATABASES`` password, the passwords of every
-    ``CACHES`` entry (:func:`cache_passwords`), ``SECRET_KEY`` and
-    ``SECRET_KEY_FALLBACKS``.
+    :func:`provider_secrets`), those of ``TSLOCK_ALERTS`` (see :func:`channel_secrets`),
+    every ``DATABASES`` password, the passwords of every ``CACHES`` entry
+    (:func:`cache_passwords`), ``EMAIL_HOST_PASSWORD``, ``SECRET_KEY``,
+    ``SECRET_KEY_FALLBACKS`` and the ping key of ``TSLOCK_MONITORS`` (:func:`monitor_secrets`).
 
     Computed on first use and kept until one of :data:`SECRET_SETTINGS` changes (Django's
     ``setting_changed``, or another object in its place), so a job's path pays for it once.

@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from django.db.models import F
 from django.utils import timezone as dj_timezone
 
 from ..core.scrubbing import cut, hide_secrets
+from ..monitors.run import watch
 from . import outcomes, postgresql
 from .schedules import Schedule
 
@@ -134,6 +135,20 @@ def describe_failure(exc: BaseException | None = None, *, exit_status: int | Non
     return cut(storable(hide_secrets(text)), DETAIL_LIMIT)
 
 
+def ended_as(exc: BaseException | None, exit_status: int | None, lock_lost: bool) -> tuple[str, str]:
+    """How a run that ran ended, as the journal writes it: ``(outcome, detail)``:
+    ``succeeded``, or ``failed`` when it raised ``exc`` or exited with a status other
+    than 0; ``lost`` when its lock was lost while it ran, with how the job ended as detail."""
+    failed = exc is not None or (exit_status is not None and exit_status != 0)
+    outcome = outcomes.FAILED if failed else outcomes.SUCCEEDED
+    detail = describe_failure(exc, exit_status=exit_status) if failed else ""
+    if lock_lost:
+        ended = f"it ended {outcome}" + (f" ({detail})" if detail else "")
+        detail = cut(f"keep-alive could not keep the lock while the job ran; {ended}", DETAIL_LIMIT)
+        outcome = outcomes.LOST
+    return outcome, detail
+
+
 class RunRecorder:
     """The journal entry of one run. Made by :func:`begin`; every method is safe to
     call whatever happens to the journal's database (failures become one warning)."""
@@ -162,21 +177,27 @@ class RunRecorder:
         self._key: tuple[str, str] | None = None
         # One statement per write where the database can (journal/postgresql.py).
         self._one_statement = connections[using].vendor == "postgresql"
+        #: The outside monitors' pings of this run (TSLOCK_MONITORS); ``None``: none.
+        self.monitor = watch(name, schedule)
 
     # -- the four ways a run goes ------------------------------------------------------
 
-    def skipped(self, holder: Any | None) -> None:
-        """The lock was held elsewhere: one finished ``skipped`` row."""
-        self._write(lambda now: self._single(now, outcomes.SKIPPED, held_by=_holder(holder)))
+    def skipped(self, holder: Any | None, *, detail: str = "") -> None:
+        """The lock was held elsewhere (``holder``), or the job is paused (``detail``
+        ``"paused"``, no holder): one finished ``skipped`` row."""
+        self._write(lambda now: self._single(now, outcomes.SKIPPED, held_by=_holder(holder), detail=detail))
 
     def errored(self, err: BaseException) -> None:
         """The store failed and the job did not run: one finished ``error`` row."""
         # Described inside the write's guard: nothing the journal does reaches the job.
         self._write(lambda now: self._single(now, outcomes.ERROR, detail=describe_failure(err)))
+        self._tell_monitors(lambda: (outcomes.ERROR, describe_failure(err)))
 
     def started(self, held: Any) -> None:
         """The lock is ours and the job is about to run: the ``running`` row."""
         self._started = time.monotonic()
+        if self.monitor is not None:
+            self.monitor.started()
         record = held.record
         deadline = record.lock_until
         self._write(lambda now: self._start(now, held, record, deadline))
@@ -195,19 +216,14 @@ class RunRecorder:
         with a status other than 0; ``lost`` when its lock was lost while it ran
         (``lock_lost``: keep-alive could not keep it), with how the job ended as detail."""
         self._forget_active()
+        self._tell_monitors(lambda: ended_as(exc, exit_status, lock_lost))
         if self.run_id is None:  # the start was not written; the warning is out already
             return
         duration = time.monotonic() - self._started
 
         def finish(now: datetime) -> None:
             # Described inside the write's guard: nothing the journal does reaches the job.
-            failed = exc is not None or (exit_status is not None and exit_status != 0)
-            outcome = outcomes.FAILED if failed else outcomes.SUCCEEDED
-            detail = describe_failure(exc, exit_status=exit_status) if failed else ""
-            if lock_lost:
-                ended = f"it ended {outcome}" + (f" ({detail})" if detail else "")
-                detail = cut(f"keep-alive could not keep the lock while the job ran; {ended}", DETAIL_LIMIT)
-                outcome = outcomes.LOST
+            outcome, detail = ended_as(exc, exit_status, lock_lost)
             self._finish(now, outcome, duration, detail)
 
         self._write(finish)
@@ -221,15 +237,22 @@ class RunRecorder:
         the way in, ``err``): the ``running`` row ends ``error``, as a run whose store
         failed does, since the job did not run."""
         self._forget_active()
-        if self.run_id is None:
-            return
         detail = cut(
             f"the job did not start: {describe_failure(err)} came after the lock was taken, "
             "and the lock was released",
             DETAIL_LIMIT,
         )
+        self._tell_monitors(lambda: (outcomes.ERROR, detail))
+        if self.run_id is None:
+            return
         duration = time.monotonic() - self._started
         self._write(lambda now: self._finish(now, outcomes.ERROR, duration, detail))
+
+    def _tell_monitors(self, how: Callable[[], tuple[str, str]]) -> None:
+        """Hand the run's end, ``how()`` (outcome, detail), to its outside monitors:
+        queued, never awaited; evaluated in the monitors' guard."""
+        if self.monitor is not None:
+            self.monitor.ended(how)
 
     def _forget_active(self) -> None:
         if self._key is not None:

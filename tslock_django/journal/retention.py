@@ -2,7 +2,7 @@
 batches, and always keeps each name's latest run and latest success (the Runs page and
 ``tslock overdue`` read those); ``purge_names`` then deletes the ``Job`` rows of names
 left without a run (names that only ever skipped or met a store error), unless
-``TSLOCK_SCHEDULES`` names them, so that the names the metrics and the health check
+``TSLOCK_SCHEDULES`` names them or they are paused, so that the names the metrics and the health check
 count do not only grow."""
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ def purge_runs(using: str, older_than: timedelta, *, dry_run: bool = False, batc
 def purge_names(using: str, older_than: timedelta, *, dry_run: bool = False, batch_size: int = 1000) -> int:
     """Delete the ``Job`` rows of names that have no run left after :func:`purge_runs`
     (with ``dry_run``: that would have none), were first seen more than ``older_than``
-    ago and are not in ``TSLOCK_SCHEDULES`` (a scheduled name that never ran must stay
-    visible: it is the one to alert on). Returns how many.
+    ago, are not in ``TSLOCK_SCHEDULES`` (a scheduled name that never ran must stay
+    visible: it is the one to alert on) and are not paused (a pause made ahead of a first
+    run must not vanish). Returns how many.
 
     Raises:
         ValueError: as :func:`purge_runs`.
@@ -56,7 +57,7 @@ def purge_names(using: str, older_than: timedelta, *, dry_run: bool = False, bat
     kept_runs = Run.objects.using(using).exclude(id__in=_old_runs(using, older_than).values("id"))
     gone = (
         Job.objects.using(using)
-        .filter(first_seen_at__lt=cutoff)
+        .filter(first_seen_at__lt=cutoff, paused_at=None)
         .exclude(name__in=list(getattr(settings, "TSLOCK_SCHEDULES", None) or ()))
         .exclude(name__in=kept_runs.values("name"))
     )

@@ -235,8 +235,10 @@ def _check_max_duration(value: object, field: str) -> timedelta | None:
     if value is None:
         return None
     try:
-        bound = parse_duration(value, field="max_duration")  # type: ignore[arg-type]
-    except (ValueError, TypeError) as err:
+        bound = parse_duration(value, field=f"max_duration of {field}")  # type: ignore[arg-type]
+    except ValueError as err:
+        raise ValueError(str(err)) from None  # it names the field already
+    except TypeError as err:
         raise ValueError(f"max_duration of {field}: {err}") from None
     if bound <= timedelta(0):
         raise ValueError(f"max_duration of {field} is {value!r}; give a positive duration, e.g. '30m'")

@@ -31,6 +31,7 @@ SECTIONS = (
     "journal",
     "jobs",
     "metrics",
+    "notify",
 )
 SERVERS = {"sqlite": None, "postgres": ("127.0.0.1", 5432), "mariadb": ("127.0.0.1", 3306)}
 #: Rows in tslock_lock for the scale section, per server (filled in this order).
@@ -199,6 +200,17 @@ def main(argv: list[str] | None = None) -> int:
             report["metrics"][server] = child(
                 "bench.metricsbench", "100,20000", "3" if args.quick else "15", BENCH_DB=server
             )
+    if "notify" in sections:
+        report["notify"] = {}
+        # Issue 34: overdue --notify with 10,000 scheduled names against 100, in one run.
+        for server in ("postgres", "sqlite"):
+            if not reachable(SERVERS[server]):
+                report["missing"].append(f"notify on {server}: not reachable")
+                continue
+            print(f"overdue --notify: {server}, 100 and 10,000 names ...", file=sys.stderr, flush=True)
+            report["notify"][server] = child(
+                "bench.notifybench", "100,10000", "3" if args.quick else "9", BENCH_DB=server
+            )
     report["targets"] = targets(report)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     args.output.parent.mkdir(parents=True, exist_ok=True)
@@ -249,6 +261,9 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     from bench import metricsbench
 
     found.update(metricsbench.targets(report.get("metrics")))
+    from bench import notifybench
+
+    found.update(notifybench.targets(report.get("notify")))
     httpx = report.get("startup", {}).get("httpx_imported")
     if httpx:
         found["httpx not imported without a Cloudflare provider"] = {
@@ -408,6 +423,9 @@ def render(report: dict[str, Any]) -> str:
     from bench import metricsbench
 
     lines += metricsbench.render(report.get("metrics"))
+    from bench import notifybench
+
+    lines += notifybench.render(report.get("notify"))
     if report["targets"]:
         lines += ["", "targets"]
         for label, t in report["targets"].items():

@@ -70,6 +70,7 @@ def test_quick_bench_runs_every_section(tmp_path: Path) -> None:
         "startup",
         "jobs",
         "metrics",
+        "notify",
         "targets",
     }
     assert sections <= set(report)
@@ -95,4 +96,9 @@ def test_quick_bench_runs_every_section(tmp_path: Path) -> None:
         sizes = measured["sizes"]
         # The cap: as many series with 20,000 names as with 100.
         assert sizes["20000"]["series"] == sizes["100"]["series"], (server, sizes)
+    for server, measured in report["notify"].items():
+        sizes = measured["sizes"]
+        # One in 1,000 names fails: its change is sent once, and never again.
+        assert (sizes["100"]["notifications_sent"], sizes["10000"]["notifications_sent"]) == (1, 10), server
+        assert sizes["100"]["sent_again"] == sizes["10000"]["sent_again"] == 0, server
     assert "tslock" in done.stdout

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from ..core.decode import visible
 from ..core.scrubbing import cut, hide_secrets
+from ..journal.alerting import Listing, not_ok
 from ..journal.recorder import journal_database
-from ..journal.status import ALERTING, JobStatus, statuses
+from ..journal.status import ALERTING
 
 HELP = (
     "List scheduled jobs that are late, failing or running long (exit 1 when any is, 2 when the "
@@ -88,7 +89,8 @@ def handle(command: BaseCommand, **options: Any) -> None:
     """
     if options.get("notify"):
         _notify(command, options.get("at"))
-    found = _read(options.get("at"))
+    listing = _read(options.get("at"))
+    found = listing.found
     if options["json"]:
         shown = [{**s.as_json(), "reason": hide_secrets(s.reason)} for s in found]
         command.stdout.write(json.dumps(shown, ensure_ascii=True))
@@ -97,7 +99,9 @@ def handle(command: BaseCommand, **options: Any) -> None:
     else:
         for s in found:
             command.stdout.write(f"{s.status:<12} {visible(s.name)}: {visible(hide_secrets(s.reason))}")
-    if any(s.status in ALERTING for s in found):
+        if listing.unlisted:
+            command.stdout.write(f"and {listing.unlisted} more late, failing or running long, not listed")
+    if listing.unlisted or any(s.status in ALERTING for s in found):
         raise CommandError(
             "scheduled jobs are late or failing or running long (listed above)", returncode=OVERDUE
         )
@@ -144,7 +148,7 @@ def _journal() -> str:
     return using
 
 
-def _read(at: datetime | None) -> list[JobStatus]:
+def _read(at: datetime | None) -> Listing:
     """The names that are not ok at ``at`` (default now), or a ``CommandError`` with
     exit status 2."""
     from django.db import DatabaseError
@@ -153,7 +157,7 @@ def _read(at: datetime | None) -> list[JobStatus]:
     try:
         # At another instant the journal is only read: a first sight dated then would
         # move a never-run name's first due time for every later reader.
-        return [s for s in statuses(using, now=at, record=at is None) if s.status != "ok"]
+        return not_ok(using, at or datetime.now(timezone.utc), record=at is None)
     except ValueError as err:  # TSLOCK_SCHEDULES malformed
         raise CommandError(str(err), returncode=UNREADABLE) from err
     except DatabaseError as err:

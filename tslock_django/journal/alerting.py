@@ -209,3 +209,42 @@ def _suspects(group: Group, now: datetime) -> Q | None:
     same &= Q(grace=group.grace) if group.grace is not None else Q(grace=None)
     same &= Q(max_duration=group.max_duration) if group.max_duration is not None else Q(max_duration=None)
     return same & Q(paused_at=None) & which
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What ``tslock overdue`` lists: every scheduled name that is not ``ok``."""
+
+    #: By name: the alerting ones (at most :data:`EVALUATED`), the new and the paused.
+    found: list[JobStatus]
+    #: Alerting names past those judged, counted but not listed.
+    unlisted: int = 0
+
+
+def not_ok(using: str, now: datetime, *, record: bool = True, limit: int = EVALUATED) -> Listing:
+    """The scheduled names that are not ``ok`` at ``now``, in a few queries whatever the
+    number of names: the alerting ones as :func:`alerting` finds them, the names that
+    never ran (``new``, or ``late`` "never ran") and the paused ones, each kind read by
+    an indexed or narrow query and at most ``limit`` of each. A name of
+    ``TSLOCK_SCHEDULES`` without a row is judged as never seen (and, with ``record``,
+    given its row).
+
+    Raises:
+        ValueError: ``TSLOCK_SCHEDULES`` is malformed.
+        DatabaseError: the journal could not be read.
+    """
+    configured = {journal_name(name): schedule for name, schedule in schedules_from_settings().items()}
+    found = alerting(using, now, limit=limit, evaluate=limit, record=record)
+    statuses = {status.name: status for _, status in found.found}
+    jobs = Job.objects.using(using)
+    scheduled = ~Q(schedule="") | Q(name__in=list(configured))
+    quiet = scheduled & (Q(last_started_at=None) | ~Q(paused_at=None))
+    rows: dict[str, Job | None] = {
+        job.name: job for job in jobs.filter(quiet).exclude(name__in=list(statuses)).order_by("name")[:limit]
+    }
+    seen = set(jobs.filter(name__in=list(configured)).values_list("name", flat=True))
+    rows.update(dict.fromkeys(set(configured) - seen - set(statuses)))
+    for name, status in judge(using, rows, configured, now).items():
+        if status.status != "ok":
+            statuses[name] = status
+    return Listing([statuses[name] for name in sorted(statuses)], found.count - len(found.found))

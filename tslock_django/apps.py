@@ -8,3 +8,8 @@ class TslockConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from .alerts.after_run import after_run
+        from .signals import run_journaled
+
+        # The alerts evaluate a job's status at the end of each of its journaled runs.
+        run_journaled.connect(after_run, dispatch_uid="tslock_alerts_after_run")

@@ -32,6 +32,10 @@ keep_alive_failed = Signal()
 #: An operator released a lock (``released``: whether anything changed; ``expected``: the
 #: token or fencing token the release was conditional on).
 lock_force_released = Signal()
+#: A journaled run ended and its journal entry is written (``sender`` the recorder's
+#: class; ``using``: the journal's database alias, ``name``: the name as journaled). The
+#: alerts evaluate the job's status on it (``tslock_django.alerts.after_run``).
+run_journaled = Signal()
 
 
 def listened(signal: Signal) -> bool:

@@ -1,7 +1,8 @@
 """Evaluating the alerts when a journaled run ends, off the job's path.
 
-The end of a run is when a job turns ``failing`` or recovers, so the recorder hands
-the name here (:func:`after_run`) once its last write is committed. When
+The end of a run is when a job turns ``failing`` or recovers, so the recorder's
+:data:`~tslock_django.signals.run_journaled` signal hands the name here
+(:func:`after_run`, connected when the app is ready) once its last write is committed. When
 ``TSLOCK_ALERTS`` has channels, one background thread per process evaluates
 (:func:`~tslock_django.alerts.evaluation.evaluate`) the names handed to it, in turn;
 the decorated call, the command or ``tslock run`` returns without waiting for it, and
@@ -24,7 +25,6 @@ from django.conf import settings
 from django.db import connections, transaction
 
 from ..core.scrubbing import hide_secrets
-from ..journal.recorder import message_of
 
 logger = logging.getLogger("tslock_django")
 
@@ -47,10 +47,10 @@ def alerts_configured() -> bool:
     return not isinstance(configured, Mapping) or bool(configured.get("channels"))
 
 
-def after_run(using: str, name: str) -> None:
+def after_run(*, using: str, name: str, **kwargs: object) -> None:
     """Evaluate ``name`` (and every other candidate) in the background once the
     journal's transaction on ``using`` commits; nothing when no channel is configured.
-    Never raises."""
+    A receiver of :data:`~tslock_django.signals.run_journaled`; never raises."""
     try:
         if alerts_configured():
             transaction.on_commit(partial(_enqueue, using, name), using=using)
@@ -73,6 +73,7 @@ def _enqueue(using: str, name: str) -> None:
 
 def _work() -> None:
     global _worker
+    from ..journal.recorder import message_of
     from .evaluation import evaluate
 
     try:

@@ -32,6 +32,7 @@ from django.utils import timezone as dj_timezone
 
 from ..core.scrubbing import cut, hide_secrets
 from ..monitors.run import watch
+from ..signals import listened, notify, run_journaled
 from . import outcomes, postgresql
 from .schedules import Schedule
 
@@ -227,10 +228,8 @@ class RunRecorder:
             self._finish(now, outcome, duration, detail)
 
         self._write(finish)
-        if not self.missed:  # a run's end is when a job turns failing or recovers
-            from ..alerts.after_run import after_run
-
-            after_run(self.using, self.name)
+        if not self.missed and listened(run_journaled):  # the alerts listen: see signals.py
+            notify(run_journaled, sender=RunRecorder, using=self.using, name=self.name)
 
     def not_run(self, err: BaseException) -> None:
         """The lock was taken but the job never started (its caller was cancelled on

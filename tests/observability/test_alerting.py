@@ -152,3 +152,28 @@ def test_the_summary_counts_every_name_and_run_in_one_query(django_assert_num_qu
     }
     hourly = next(g for g in whole.groups if g.schedule == "1h")
     assert (hourly.names, hourly.failing) == (2, 1)
+
+
+@override_settings(TSLOCK_SCHEDULES={**SETTINGS, "configured-unseen": {"schedule": "1h"}})
+def test_overdue_lists_the_names_the_status_rule_does_not_call_ok_without_reading_every_row() -> None:
+    from tslock_django.journal.alerting import not_ok
+
+    every_kind_of_row()
+    job("paused-failed", schedule="1h", outcome=outcomes.FAILED, started=before(AT - 10 * M))
+    job("long-running", schedule="1d", outcome=outcomes.RUNNING, started=before(AT - 3 * H), deadline=2 * H)
+    Job.objects.filter(name="paused-failed").update(paused_at=NOW)
+    Job.objects.filter(name="long-running").update(max_duration=3600.0)
+    by_rule = [(s.name, s.status) for s in statuses("default", now=AT, record=False) if s.status != "ok"]
+    listing = not_ok("default", AT, record=False)
+    assert [(s.name, s.status) for s in listing.found] == by_rule and listing.unlisted == 0
+    shown = dict(by_rule)
+    assert shown["paused-failed"] == "paused" and shown["long-running"] == "running_long"
+    assert shown["configured-unseen"] == "new" and shown["never-ran"] == "late"
+    for i in range(3):
+        job(f"zz-broken-{i}", schedule="1h", outcome=outcomes.FAILED, started=M, success=2 * H)
+    capped = not_ok("default", AT, record=False, limit=2)
+    alerting_now = [s for s in statuses("default", now=AT, record=False) if s.status in ALERTING]
+    listed = [s for s in capped.found if s.status in ALERTING]
+    assert 2 <= len(listed) < len(alerting_now), "two judged (and never-run names, read apart)"
+    # Candidates past the judged ones count as alerting, as in alerting(): an upper bound.
+    assert capped.unlisted >= len(alerting_now) - len(listed) > 0

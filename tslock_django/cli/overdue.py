@@ -100,7 +100,8 @@ def handle(command: BaseCommand, **options: Any) -> None:
         for s in found:
             command.stdout.write(f"{s.status:<12} {visible(s.name)}: {visible(hide_secrets(s.reason))}")
         if listing.unlisted:
-            command.stdout.write(f"and {listing.unlisted} more late, failing or running long, not listed")
+            more = listing.unlisted
+            command.stdout.write(f"and up to {more} more late, failing or running long, not listed")
     if listing.unlisted or any(s.status in ALERTING for s in found):
         raise CommandError(
             "scheduled jobs are late or failing or running long (listed above)", returncode=OVERDUE

@@ -217,7 +217,8 @@ class Listing:
 
     #: By name: the alerting ones (at most :data:`EVALUATED`), the new and the paused.
     found: list[JobStatus]
-    #: Alerting names past those judged, counted but not listed.
+    #: Candidates past those judged, not listed: at most this many more are alerting
+    #: (:func:`alerting` counts them so).
     unlisted: int = 0
 
 
@@ -247,4 +248,6 @@ def not_ok(using: str, now: datetime, *, record: bool = True, limit: int = EVALU
     for name, status in judge(using, rows, configured, now).items():
         if status.status != "ok":
             statuses[name] = status
-    return Listing([statuses[name] for name in sorted(statuses)], found.count - len(found.found))
+    listed = [statuses[name] for name in sorted(statuses)]
+    # A name that never ran may be late and listed here though past the judged ones.
+    return Listing(listed, max(found.count - sum(s.status in ALERTING for s in listed), 0))

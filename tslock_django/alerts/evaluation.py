@@ -61,9 +61,10 @@ DEADLINE_MARGIN = 1.0
 #: After this long (seconds) an evaluation starts no more sends; the rest wait for the
 #: next evaluation.
 SENDING_BUDGET = 60.0
-#: The lock outlives the longest evaluation (the budget plus one last send and the
-#: reads) and holds up the next evaluator at most this long after one that died.
-LOCK_AT_MOST_FOR = timedelta(minutes=2)
+#: The lock outlives the longest evaluation (the budget, one last send with the longest
+#: timeout a built-in channel accepts, 60 s, and the reads), and holds up the next
+#: evaluator at most this long after one that died.
+LOCK_AT_MOST_FOR = timedelta(minutes=3)
 #: The most unsent notifications read by one evaluation, oldest first.
 BATCH = 200
 #: Statuses that are not a change to announce.

@@ -92,7 +92,9 @@ def _process_ms(base: str, database: str) -> float:
 def run(sizes: list[int], repeats: int) -> dict[str, Any]:
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    # bench/settings.py, whatever the parent's environment says (the jobs section's Celery
+    # app sets another in the parent): the processes timed below use it too.
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     django.setup()
     from django.db import connection
     from django.test.utils import override_settings

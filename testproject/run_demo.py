@@ -119,8 +119,9 @@ def failing_run(env: dict[str, str], receiver: Receiver) -> None:
     mail = Path(env["DEMO_MAIL_DIR"])
     shutil.rmtree(mail, ignore_errors=True)
     receiver.notices.clear()
-    step("a run that fails (manage.py demo_report --seconds -1)")
-    show("the failing run", manage("demo_report", "--seconds", "-1", env=env, check=False))
+    step("a run that fails (manage.py demo_report --seconds -1), once run 1's lock_at_least_for is over")
+    failed = manage("demo_report", "--seconds", "-1", "--lock-wait", "20", env=env, check=False)
+    show("the failing run", failed)
     for _ in range(2):
         manage("tslock", "overdue", "--notify", env=env, check=False)
     emails = sorted(mail.glob("*")) if mail.exists() else []

@@ -1,5 +1,6 @@
-"""System checks (``manage.py check``), with stable ids ``tslock.E001`` to ``tslock.E011``
-and ``tslock.W001``, listed with what each means in ``docs/reference/checks.md``.
+"""System checks (``manage.py check``), with stable ids ``tslock.E001`` to ``tslock.E012``
+and ``tslock.W001`` to ``tslock.W003``, listed with what each means in
+``docs/reference/checks.md``.
 
 Django runs the untagged checks at the start of every management command, so they read
 settings and build nothing: a built-in provider's OPTIONS are read by
@@ -314,22 +315,22 @@ def check_journal(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 @register()
 def check_monitors(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """``TSLOCK_MONITORS`` (tslock.E013); with ``sentry``, sentry-sdk installed and
-    initialised (tslock.W003); names of ``TSLOCK_SCHEDULES`` pinged under another slug,
-    under one slug with another name, or under none (tslock.W004). No network calls."""
+    """``TSLOCK_MONITORS`` (tslock.E012); with ``sentry``, sentry-sdk installed and
+    initialised (tslock.W002); names of ``TSLOCK_SCHEDULES`` pinged under another slug,
+    under one slug with another name, or under none (tslock.W003). No network calls."""
     from .monitors.config import SETTING, InvalidMonitors, read
 
     try:
         monitors = read(getattr(settings, SETTING, None))
     except InvalidMonitors as err:
-        return [Error(str(err), hint=see("reference/settings.md", SETTING), id="tslock.E013")]
+        return [Error(str(err), hint=see("reference/settings.md", SETTING), id="tslock.E012")]
     if monitors is None:
         return []
     found: list[CheckMessage] = []
     if monitors.sentry:
         problem = _sentry_problem()
         if problem:
-            found.append(CheckWarning(problem, hint=see("howto/monitors.md"), id="tslock.W003"))
+            found.append(CheckWarning(problem, hint=see("howto/monitors.md"), id="tslock.W002"))
     return found + _slug_warnings()
 
 
@@ -371,7 +372,7 @@ def _slug_warnings() -> list[CheckMessage]:
                 CheckWarning(
                     f"TSLOCK_SCHEDULES[{name!r}] makes no monitor slug, so its runs are not "
                     "pinged: give the job a name with a-z, 0-9, '-' or '_'",
-                    id="tslock.W004",
+                    id="tslock.W003",
                 )
             )
         elif not is_slug(name):
@@ -380,7 +381,7 @@ def _slug_warnings() -> list[CheckMessage]:
                     f"TSLOCK_SCHEDULES[{name!r}] is pinged to its monitors as {slug!r} (a slug "
                     "has only a-z, 0-9, '-' and '_')",
                     hint=see("howto/monitors.md"),
-                    id="tslock.W004",
+                    id="tslock.W003",
                 )
             )
     for slug, sharing in by_slug.items():
@@ -389,7 +390,7 @@ def _slug_warnings() -> list[CheckMessage]:
                 CheckWarning(
                     f"TSLOCK_SCHEDULES names {sorted(sharing)} are all pinged as {slug!r}, one "
                     "monitor for several jobs: rename all but one",
-                    id="tslock.W004",
+                    id="tslock.W003",
                 )
             )
     return found

@@ -1,4 +1,4 @@
-"""TSLOCK_MONITORS read with clear errors, its system checks (tslock.E013, W003, W004),
+"""TSLOCK_MONITORS read with clear errors, its system checks (tslock.E012, W002, W003),
 the slug a job's name is pinged under, and the ping key as a configured secret."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_a_malformed_setting_says_what_is_wrong_and_what_is_right(value: object,
     assert message in str(raised.value)
     with override_settings(TSLOCK_MONITORS=value):
         [error] = check_monitors()
-    assert error.id == "tslock.E013" and message in error.msg
+    assert error.id == "tslock.E012" and message in error.msg
 
 
 def test_the_check_is_quiet_for_a_good_setting_or_none() -> None:
@@ -69,7 +69,7 @@ def test_sentry_without_an_initialised_sdk_is_a_warning() -> None:
     # This process has sentry-sdk installed (the test group) and never initialises it.
     with override_settings(TSLOCK_MONITORS={"sentry": {}}):
         [warning] = check_monitors()
-    assert warning.id == "tslock.W003" and "not initialised" in warning.msg
+    assert warning.id == "tslock.W002" and "not initialised" in warning.msg
     assert "sentry_sdk.init(dsn=...)" in warning.msg
 
 
@@ -78,7 +78,7 @@ def test_sentry_without_the_sdk_installed_is_a_warning(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "sentry_sdk", None)
     with override_settings(TSLOCK_MONITORS={"sentry": {}}):
         [warning] = check_monitors()
-    assert warning.id == "tslock.W003" and "sentry-sdk is not installed" in warning.msg
+    assert warning.id == "tslock.W002" and "sentry-sdk is not installed" in warning.msg
 
 
 @pytest.mark.parametrize(

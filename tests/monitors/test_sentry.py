@@ -88,7 +88,7 @@ def test_sentry_configured_but_not_initialised_sends_nothing_and_changes_nothing
     database = migrated(tmp_path)
     done = run_child(database, "journaled_job", "--shard", "uninit", monitors={"sentry": {}})
     assert done.returncode == 0 and done.stdout == "done\n"
-    assert "tslock.W003" in done.stderr, "the system check says so at the command's start"
+    assert "tslock.W002" in done.stderr, "the system check says so at the command's start"
     assert outcomes(database, "journaled-uninit") == ["succeeded"]
 
 

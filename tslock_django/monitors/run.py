@@ -37,7 +37,7 @@ def watch(name: str, schedule: Schedule | None) -> RunMonitor | None:
     """The monitor of a run of ``name`` about to take its lock, or ``None``: no monitor
     configured, no schedule (the decorator's ``schedule``, or ``TSLOCK_SCHEDULES[name]``,
     which overrides it as it does for the journal's status), or a name that makes no slug.
-    A malformed ``TSLOCK_MONITORS`` monitors nothing (``tslock.E013`` reports it) and is
+    A malformed ``TSLOCK_MONITORS`` monitors nothing (``tslock.E012`` reports it) and is
     warned of once."""
     try:
         monitors = config.configured()

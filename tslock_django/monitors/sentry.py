@@ -6,7 +6,7 @@
 named by the slug, so the monitor follows the code. The SDK must be initialised
 (``sentry_sdk.init``) by the project; tslock only uses the client it finds, and does
 not import the SDK where the project has not (then nothing was initialised either, and
-``tslock.W003`` says so).
+``tslock.W002`` says so).
 """
 
 from __future__ import annotations

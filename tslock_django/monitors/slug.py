@@ -6,7 +6,7 @@ of those is its own slug. Any other name is pinged under a slug made from it: lo
 each run of other characters (``.``, ``:``, spaces, ``{``, non-ASCII letters...) turned
 into one ``-``, and ``-`` trimmed from both ends, so ``Report.Daily`` is ``report-daily``
 and ``sync {42}`` is ``sync-42``. Two names can meet in one slug that way (``a.b`` and
-``a:b``); ``tslock.W004`` names such names of ``TSLOCK_SCHEDULES``. A name with none of
+``a:b``); ``tslock.W003`` names such names of ``TSLOCK_SCHEDULES``. A name with none of
 the characters (``...``) has no slug and is not pinged (a warning says so, once).
 """
 

@@ -324,3 +324,17 @@ def test_an_evaluation_returns_at_once_while_another_holds_the_lock(using: str) 
         other.unlock()
     done = evaluate(using=using)
     assert done.evaluated and [n.name for n in done.recorded] == ["held"] and done.sent == 1
+
+
+def test_a_run_that_changes_no_status_does_not_take_the_evaluators_lock(using: str) -> None:
+    from tslock_django.models import Lock
+
+    assert ran("--shard", "calm") == 0
+    assert ran("--shard", "calm") == 0
+    assert sent() == []
+    assert not Lock.objects.using(using).filter(name=LOCK_NAME).exists(), (
+        "a success of a job that is ok needs no evaluation: two reads, not the lock"
+    )
+    assert ran("--shard", "calm", "--fail", "broken") == 1
+    assert sent() == [("journaled-calm", "ok", "failing")]
+    assert Lock.objects.using(using).filter(name=LOCK_NAME).exists()

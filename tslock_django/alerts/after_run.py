@@ -74,7 +74,7 @@ def _enqueue(using: str, name: str) -> None:
 def _work() -> None:
     global _worker
     from ..journal.recorder import message_of
-    from .evaluation import evaluate
+    from .evaluation import evaluate_after_run
 
     try:
         while True:
@@ -87,7 +87,7 @@ def _work() -> None:
             for using in sorted({alias for alias, _ in taken}):
                 names = [name for alias, name in taken if alias == using]
                 try:
-                    evaluate(using=using, names=names)
+                    evaluate_after_run(using, names)
                 except Exception as err:  # noqa: BLE001 - logged; the next evaluation retries
                     text = " ".join(hide_secrets(message_of(err)).split())
                     logger.warning("tslock: the alerts could not be evaluated after a run: %s", text[:300])

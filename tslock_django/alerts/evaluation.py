@@ -132,6 +132,29 @@ def evaluate(
             logger.warning("tslock: the alerts' lock could not be released: %s", hide_secrets(str(err)))
 
 
+def evaluate_after_run(using: str, names: Iterable[str]) -> Evaluation | None:
+    """The evaluation at a run's end: ``names`` judged first, without the lock, and the
+    whole :func:`evaluate` only when one of them changed status or a notification is
+    still unsent; ``None`` when there was nothing to do. Most runs change nothing (a
+    success of a job that is ``ok``), and then their process pays two small reads, not
+    the evaluators' lock and the candidates' scan; late and running-long jobs are found
+    by ``tslock overdue --notify``."""
+    now = datetime.now(timezone.utc)
+    configured = {journal_name(name): schedule for name, schedule in schedules_from_settings().items()}
+    wanted = {journal_name(name) for name in names}
+    rows: dict[str, Job | None] = {job.name: job for job in Job.objects.using(using).filter(name__in=wanted)}
+    judged = judge(using, rows, configured, now)
+    changed = any(
+        job is not None
+        and judged[name].status not in UNANNOUNCED
+        and judged[name].status != (job.notified_status or "ok")
+        for name, job in rows.items()
+    )
+    if not changed and not Notification.objects.using(using).filter(sent_at=None).exists():
+        return None
+    return evaluate(names=names, using=using)
+
+
 def record_changes(
     using: str, now: datetime, names: Iterable[str], has_channels: bool, record: bool = True
 ) -> list[Notification]:

@@ -94,9 +94,9 @@ def _fill(runs: int, names: int, scheduled: int) -> None:
             "INSERT INTO tslock_job (name, provider, first_seen_at, schedule, grace, last_run_id, "
             "last_outcome, last_started_at, last_finished_at, last_duration, last_detail, last_success_at, "
             "last_success_run_id, last_attempt_outcome, runs_succeeded, runs_failed, runs_skipped, "
-            "runs_error, runs_lost) "
+            "runs_error, runs_lost, notified_status) "
             "SELECT name, 'default', min(started_at), '', NULL, max(id), 'succeeded', max(started_at), "
-            "max(finished_at), 1.0, '', max(started_at), max(id), '', count(*), 0, 0, 0, 0 "
+            "max(finished_at), 1.0, '', max(started_at), max(id), '', count(*), 0, 0, 0, 0, '' "
             "FROM tslock_run GROUP BY name"
         )
         cursor.execute(

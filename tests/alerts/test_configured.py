@@ -84,10 +84,15 @@ def test_a_third_party_channel_receives_the_notice() -> None:
     assert PagerChannel.sent == [("billing", notice())]
 
 
-def test_keys_are_stable_and_change_with_the_options() -> None:
+def test_keys_are_stable_and_change_with_the_destination_only() -> None:
     one = channel_key(WEBHOOK, {"url": "https://a.example.com/", "timeout": 2})
     assert one == channel_key(WEBHOOK, {"timeout": 2, "url": "https://a.example.com/"})  # key order
-    assert one != channel_key(WEBHOOK, {"url": "https://a.example.com/", "timeout": 3})
+    # A new timeout is the same destination: what it took is not sent to it again.
+    assert one == channel_key(WEBHOOK, {"url": "https://a.example.com/", "timeout": 3})
+    assert one != channel_key(WEBHOOK, {"url": "https://b.example.com/", "timeout": 2})
+    email = "tslock_django.alerts.EmailChannel"
+    mail = channel_key(email, {"recipients": ["a@example.com", "b@example.com"]})
+    assert mail == channel_key(email, {"recipients": ["b@example.com", "a@example.com"]})
     assert one != channel_key(SLACK, {"url": "https://a.example.com/", "timeout": 2})
     assert one.startswith(WEBHOOK + "#") and len(one.partition("#")[2]) == 12
     # The same in another process: nothing in it depends on this one (hash seeds, ids).

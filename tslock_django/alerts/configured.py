@@ -170,12 +170,23 @@ def channel_class(where: str, backend: str) -> type[Any]:
     return cls
 
 
+#: OPTIONS that change how a channel sends, not where: left out of its key.
+NOT_DESTINATION = frozenset({"timeout"})
+
+
 def channel_key(backend: str, options: Mapping[str, Any]) -> str:
     """A channel's stable key: ``BACKEND#<digest>``, where the digest is the first 12 hex
-    digits of the SHA-256 of its OPTIONS as JSON with sorted keys. The same entry gives
-    the same key in every process; a changed option makes it another channel (one that
-    has taken nothing yet). Values JSON cannot hold are written with ``str()``."""
-    text = json.dumps(options, sort_keys=True, separators=(",", ":"), default=str)
+    digits of the SHA-256 of its OPTIONS as JSON with sorted keys, lists of texts sorted,
+    and ``timeout`` left out. The same destination gives the same key in every process,
+    whatever the order of its recipients or its timeout (a notice it took is not sent to
+    it again after such a change); another destination is another channel, one that has
+    taken nothing yet. Values JSON cannot hold are written with ``str()``."""
+    destination = {
+        name: sorted(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else value
+        for name, value in options.items()
+        if name not in NOT_DESTINATION
+    }
+    text = json.dumps(destination, sort_keys=True, separators=(",", ":"), default=str)
     return f"{backend}#{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"
 
 

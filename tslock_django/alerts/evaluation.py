@@ -33,7 +33,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -42,6 +42,7 @@ from django.db import connections, transaction
 from ..core.configuration import LockConfiguration
 from ..core.scrubbing import cut, hide_secrets
 from ..exceptions import LockProviderError
+from ..journal import outcomes
 from ..journal.alerting import EVALUATED, alerting
 from ..journal.models import Job, Notification, journal_name
 from ..journal.recorder import from_db, journal_database, message_of, to_db
@@ -88,7 +89,12 @@ class Evaluation:
 
 
 def evaluate(
-    *, now: datetime | None = None, names: Iterable[str] = (), using: str | None = None, record: bool = True
+    *,
+    now: datetime | None = None,
+    names: Iterable[str] = (),
+    using: str | None = None,
+    record: bool = True,
+    stop: Callable[[], bool] = lambda: False,
 ) -> Evaluation:
     """Record the status changes at ``now`` (default: the current time) and send what is
     unsent, under the evaluators' lock; return at once when another evaluator holds it.
@@ -99,6 +105,7 @@ def evaluate(
         using: the journal's database alias (default: ``TSLOCK_JOURNAL``'s).
         record: give a name of ``TSLOCK_SCHEDULES`` the journal has not seen its row
             (false for an evaluation at another instant than now).
+        stop: asked before each send; true: send nothing more (the process is exiting).
 
     Raises:
         ValueError: the journal is off, or ``TSLOCK_JOURNAL`` or ``TSLOCK_SCHEDULES``
@@ -123,7 +130,7 @@ def evaluate(
     try:
         at = now or datetime.now(timezone.utc)
         found = Evaluation(evaluated=True, recorded=record_changes(using, at, names, bool(channels), record))
-        deliver(using, channels, found)
+        deliver(using, channels, found, stop)
         return found
     finally:
         try:
@@ -132,7 +139,9 @@ def evaluate(
             logger.warning("tslock: the alerts' lock could not be released: %s", hide_secrets(str(err)))
 
 
-def evaluate_after_run(using: str, names: Iterable[str]) -> Evaluation | None:
+def evaluate_after_run(
+    using: str, names: Iterable[str], stop: Callable[[], bool] = lambda: False
+) -> Evaluation | None:
     """The evaluation at a run's end: ``names`` judged first, without the lock, and the
     whole :func:`evaluate` only when one of them changed status or a notification is
     still unsent; ``None`` when there was nothing to do. Most runs change nothing (a
@@ -152,7 +161,7 @@ def evaluate_after_run(using: str, names: Iterable[str]) -> Evaluation | None:
     )
     if not changed and not Notification.objects.using(using).filter(sent_at=None).exists():
         return None
-    return evaluate(names=names, using=using)
+    return evaluate(names=names, using=using, stop=stop)
 
 
 def record_changes(
@@ -179,6 +188,10 @@ def record_changes(
         previous = job.notified_status or "ok"
         if status.status == previous:
             continue
+        if status.last_outcome == outcomes.RUNNING and status.status != "running_long":
+            # A run under way has no result yet: a failing job whose next run started is
+            # not "ok" until that run succeeds (nor "late" meanwhile).
+            continue
         with transaction.atomic(using=using):
             # Only from the status this evaluation read: a change someone recorded
             # meanwhile (an evaluator whose lock had run out) is not recorded twice.
@@ -202,32 +215,49 @@ def record_changes(
     return recorded
 
 
-def deliver(using: str, channels: list[tuple[str, Channel]], found: Evaluation) -> None:
-    """Send the unsent notifications (oldest first, at most :data:`BATCH`) to each
-    channel that does not have them yet, saving each row after each call."""
+def deliver(
+    using: str,
+    channels: list[tuple[str, Channel]],
+    found: Evaluation,
+    stop: Callable[[], bool] = lambda: False,
+) -> None:
+    """Send the unsent notifications, oldest first, a page of :data:`BATCH` at a time, to
+    each channel that does not have them yet, saving each row after each call. A channel
+    that failed is skipped for the rest of the evaluation, and the pages go on past the
+    rows only it still needs: one dead channel does not hold up the others. Stops when
+    every channel has failed, after :data:`SENDING_BUDGET`, or when ``stop()`` says so
+    (the interpreter is exiting)."""
     keys = {key for key, _ in channels}
     started = time.monotonic()
-    unsent = Notification.objects.using(using).filter(sent_at=None).order_by("id")[:BATCH]
-    for note in unsent:
-        for key, channel in channels:
-            if key in note.delivered or key in found.failed:
-                continue
-            if time.monotonic() - started > SENDING_BUDGET:
-                return
-            error = send_within(channel, notice_of(note), deadline_of(channel))
-            note.attempts += 1
-            if error is None:
-                note.delivered = [*note.delivered, key]
-                found.sent += 1
-            else:
-                note.last_error = cut(f"{key}: {error}", ERROR_LIMIT)
-                found.failed[key] = error
-            if keys <= set(note.delivered):
+    after = 0
+    while True:
+        unsent = Notification.objects.using(using).filter(sent_at=None, id__gt=after)
+        page = list(unsent.order_by("id")[:BATCH])
+        if not page:
+            return
+        for note in page:
+            after = note.id
+            for key, channel in channels:
+                if key in note.delivered or key in found.failed:
+                    continue
+                if stop() or time.monotonic() - started > SENDING_BUDGET:
+                    return
+                error = send_within(channel, notice_of(note), deadline_of(channel))
+                note.attempts += 1
+                if error is None:
+                    note.delivered = [*note.delivered, key]
+                    found.sent += 1
+                else:
+                    note.last_error = cut(f"{key}: {error}", ERROR_LIMIT)
+                    found.failed[key] = error
+                if keys <= set(note.delivered):
+                    note.sent_at = to_db(datetime.now(timezone.utc))
+                note.save(using=using, update_fields=["delivered", "attempts", "last_error", "sent_at"])
+            if note.sent_at is None and keys <= set(note.delivered):  # no channel (left) to send to
                 note.sent_at = to_db(datetime.now(timezone.utc))
-            note.save(using=using, update_fields=["delivered", "attempts", "last_error", "sent_at"])
-        if note.sent_at is None and keys <= set(note.delivered):  # no channel (left) to send to
-            note.sent_at = to_db(datetime.now(timezone.utc))
-            note.save(using=using, update_fields=["sent_at"])
+                note.save(using=using, update_fields=["sent_at"])
+        if keys and keys <= set(found.failed):
+            return  # every channel failed: nothing more can go out in this evaluation
 
 
 def notice_of(note: Notification) -> Notice:

@@ -85,23 +85,41 @@ def read(value: object) -> Monitors | None:
     )
 
 
+def _quoted(url: object) -> str:
+    """``url`` as an error may quote it: without a user name, password, query or fragment,
+    which may hold secrets (a URL that cannot be read at all is described, not quoted)."""
+    if not isinstance(url, str):
+        return f"a {type(url).__name__}"
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "a text that is not a URL"
+    hidden = " (its credentials, query and fragment not shown)" if parts.netloc != host + port else ""
+    if parts.query or parts.fragment:
+        hidden = " (its credentials, query and fragment not shown)"
+    return repr(f"{parts.scheme}://{host}{port}{parts.path}") + hidden
+
+
 def _healthchecks(options: Mapping[str, object]) -> Healthchecks:
     where = f"{SETTING}['healthchecks']"
     url, key = options.get("url"), options.get("ping_key")
     if not isinstance(url, str) or not url.strip():
         raise InvalidMonitors(
             f"{where}['url'] must be the root of a Healthchecks instance, such as "
-            f"'https://healthchecks.io' or 'https://hc.example.com', got {url!r}"
+            f"'https://healthchecks.io' or 'https://hc.example.com', got {_quoted(url)}"
         )
     try:
         parts = urlsplit(url.strip())
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError as err:
-        raise InvalidMonitors(f"{where}['url'] {url!r} is not a URL ({err})") from None
+        raise InvalidMonitors(f"{where}['url'] {_quoted(url)} is not a URL ({err})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise InvalidMonitors(
-            f"{where}['url'] {url!r} is not an http(s) URL of a Healthchecks instance's root (no query, "
-            "no fragment); e.g. 'https://healthchecks.io'; pings go to <url>/ping/<ping_key>/<slug>"
+            f"{where}['url'] {_quoted(url)} is not an http(s) URL of a Healthchecks instance's root "
+            "(no query, no fragment); e.g. 'https://healthchecks.io'; pings go to "
+            "<url>/ping/<ping_key>/<slug>"
         )
     if parts.username or parts.password:
         raise InvalidMonitors(

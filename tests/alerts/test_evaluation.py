@@ -338,3 +338,38 @@ def test_a_run_that_changes_no_status_does_not_take_the_evaluators_lock(using: s
     assert ran("--shard", "calm", "--fail", "broken") == 1
     assert sent() == [("journaled-calm", "ok", "failing")]
     assert Lock.objects.using(using).filter(name=LOCK_NAME).exists()
+
+
+def test_a_dead_channel_does_not_hold_up_the_others_past_a_page(
+    using: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    two = {
+        "channels": [
+            {"BACKEND": "tests.alerts.channels.Recording", "OPTIONS": {"box": "down"}},
+            {"BACKEND": "tests.alerts.channels.Recording", "OPTIONS": {"box": "up"}},
+        ]
+    }
+    monkeypatch.setattr(evaluation, "BATCH", 2)
+    channels.DOWN.add("down")
+    with override_settings(TSLOCK_ALERTS=two):
+        for shard in ("p", "q", "r"):
+            assert ran("--shard", shard, "--fail", "boom") == 1
+        assert overdue("--notify")[0] == 1
+    # The third notice lies past a page of notices that only the dead channel still needs.
+    reached = sorted(n.name for n in channels.RECEIVED["up"])
+    assert reached == ["journaled-p", "journaled-q", "journaled-r"]
+    assert all(n.sent_at is None for n in notes(using))
+
+
+def test_a_failing_jobs_next_run_under_way_is_no_recovery(using: str) -> None:
+    assert ran("--shard", "f", "--fail", "boom") == 1
+    assert sent() == [("journaled-f", "ok", "failing")]
+    Job.objects.using(using).filter(name="journaled-f").update(
+        last_outcome=outcomes.RUNNING,
+        last_started_at=datetime.now(timezone.utc),
+        last_finished_at=None,
+        last_deadline=datetime.now(timezone.utc) + timedelta(minutes=10),
+    )
+    assert overdue("--notify")[0] in (0, 1)
+    assert sent() == [("journaled-f", "ok", "failing")], "no 'ok' while the next run has no result"
+    assert Job.objects.using(using).get(name="journaled-f").notified_status == "failing"

@@ -121,3 +121,20 @@ def test_the_ping_key_is_a_configured_secret() -> None:
         assert hide_secrets(f"GET /ping/{KEY}/job failed") == "GET /ping/***/job failed"
     with override_settings(TSLOCK_MONITORS={"healthchecks": {**HC, "url": "https://u:hc-url-pass@h"}}):
         assert "hc-url-pass" in configured_secrets()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:hunter2-secret@hc.example.com/?token=qs-secret",
+        "https://user:hunter2-secret@hc.example.com:notaport/",
+        "ftp://user:hunter2-secret@hc.example.com/",
+        "https://hc.example.com/?token=qs-secret",
+    ],
+)
+def test_a_malformed_url_is_quoted_without_its_credentials_or_query(url: str) -> None:
+    with pytest.raises(InvalidMonitors) as raised:
+        read({"healthchecks": {**HC, "url": url}})
+    text = str(raised.value)
+    assert "hunter2-secret" not in text and "qs-secret" not in text, text
+    assert "hc.example.com" in text or "not a URL" in text

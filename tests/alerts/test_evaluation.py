@@ -373,3 +373,12 @@ def test_a_failing_jobs_next_run_under_way_is_no_recovery(using: str) -> None:
     assert overdue("--notify")[0] in (0, 1)
     assert sent() == [("journaled-f", "ok", "failing")], "no 'ok' while the next run has no result"
     assert Job.objects.using(using).get(name="journaled-f").notified_status == "failing"
+
+
+def test_notification_names_compare_byte_for_byte(using: str) -> None:
+    at = datetime.now(timezone.utc)
+    for name in ("Report", "report", "Report "):
+        Notification.objects.using(using).create(name=name, status="failing", previous="ok", at=at)
+    assert Notification.objects.using(using).filter(name="Report").count() == 1
+    ordered = list(Notification.objects.using(using).order_by("name").values_list("name", flat=True))
+    assert ordered == ["Report", "Report ", "report"], "code point order, as the Runs page sorts"

@@ -361,3 +361,21 @@ def test_a_pause_that_cannot_be_read_never_stops_the_job(
     assert out == "done\n"
     assert "could not read whether 'journaled-blind' is paused" in caplog.text
     assert "unreachable-db-password" not in caplog.text + err
+
+
+def test_a_job_paused_past_its_due_time_is_not_late_the_moment_it_resumes(using: str) -> None:
+    from tslock_django.journal.status import statuses
+
+    day_ago = datetime.now(timezone.utc) - timedelta(days=1)
+    Job.objects.using(using).create(
+        name="hourly-report", first_seen_at=day_ago, schedule="1h", grace=300.0,
+        last_outcome=outcomes.SUCCEEDED, last_started_at=day_ago, last_finished_at=day_ago,
+        last_success_at=day_ago, paused_at=day_ago,
+    )  # fmt: skip
+    resume(using, "hourly-report")
+    [status] = [s for s in statuses(using) if s.name == "hourly-report"]
+    assert status.status == "ok", status.reason
+    # An hour and its grace after the resume without a success, it is late again.
+    later = datetime.now(timezone.utc) + timedelta(hours=1, minutes=6)
+    [status] = [s for s in statuses(using, now=later) if s.name == "hourly-report"]
+    assert status.status == "late", status.reason

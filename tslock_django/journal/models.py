@@ -136,6 +136,9 @@ class Job(models.Model):
     #: Set by ``tslock pause`` (or the admin's action), cleared by ``tslock resume``: a
     #: paused job's runs skip, and it raises no alert.
     paused_at = models.DateTimeField(null=True, blank=True)
+    #: When ``tslock resume`` last cleared a pause: lateness counts from then at the
+    #: earliest, so a job is not late the moment it is resumed.
+    resumed_at = models.DateTimeField(null=True, blank=True)
     #: The status the last :class:`Notification` of the name announced (empty: none yet,
     #: which counts as ``ok``), and when it changed to it.
     notified_status = models.CharField(max_length=16, blank=True)

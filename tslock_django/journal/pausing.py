@@ -136,4 +136,5 @@ def resume(using: str, name: str) -> PauseChange:
     from .models import Job, journal_name
 
     changed = Job.objects.using(using).filter(name=journal_name(name), paused_at__isnull=False)
-    return PauseChange(name, None, changed=bool(changed.update(paused_at=None)))
+    resumed = changed.update(paused_at=None, resumed_at=to_db(datetime.now(timezone.utc)))
+    return PauseChange(name, None, changed=bool(resumed))

@@ -140,7 +140,7 @@ def _status(
         "provider": job.provider,
         "detail": job.last_detail,
     }
-    due = _due(schedule, success or from_db(job.first_seen_at), success is not None, now)
+    due = _due(schedule, _since(job, success), success is not None, now)
     bound = schedule.max_duration if schedule is not None else None
     if outcome == outcomes.RUNNING and bound is not None and now - started > bound:
         reason = (
@@ -238,10 +238,20 @@ def _due(
     return schedule.next_due(now)
 
 
+def _since(job: Job, success: datetime | None) -> datetime | None:
+    """What lateness counts from: the last success (else when the journal first saw the
+    name), or the last resume if later: a paused job is not late the moment it resumes."""
+    since = success or from_db(job.first_seen_at)
+    resumed = from_db(job.resumed_at)
+    if resumed is not None and (since is None or resumed > since):
+        return resumed
+    return since
+
+
 def _never_ran(name: str, job: Job | None, schedule: Schedule | None, now: datetime) -> JobStatus:
     """A name without a run: ``new`` until its first due time after the journal first
     saw it, plus grace; ``late`` after that."""
-    first_seen = (from_db(job.first_seen_at) if job is not None else None) or now
+    first_seen = (_since(job, None) if job is not None else None) or now
     due = schedule.next_due(first_seen) if schedule is not None else None
     common: dict[str, Any] = {
         "schedule": schedule,

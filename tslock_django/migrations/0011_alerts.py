@@ -12,7 +12,14 @@ from typing import Any
 from django.db import migrations, models
 
 #: The columns this migration gives ``Job``.
-JOB_FIELDS = ("failures_before_alert", "max_duration", "notified_at", "notified_status", "paused_at")
+JOB_FIELDS = (
+    "failures_before_alert",
+    "max_duration",
+    "notified_at",
+    "notified_status",
+    "paused_at",
+    "resumed_at",
+)
 
 
 def add_what_is_missing(apps: Any, schema_editor: Any) -> None:
@@ -26,6 +33,23 @@ def add_what_is_missing(apps: Any, schema_editor: Any) -> None:
             schema_editor.add_field(job, field)
     if "tslock_notification" not in connection.introspection.table_names():
         schema_editor.create_model(apps.get_model("tslock_django", "Notification"))
+        exact_names(schema_editor)
+
+
+def exact_names(schema_editor: Any) -> None:
+    """Names compare byte for byte, as the lock and journal names do (0006, 0009): MySQL
+    and MariaDB would otherwise take "Report" and "report " for one job's notifications."""
+    connection = schema_editor.connection
+    if connection.vendor == "mysql":
+        collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
+        schema_editor.execute(
+            "ALTER TABLE tslock_notification MODIFY name VARCHAR(750) "
+            f"CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+        )
+    elif connection.vendor == "postgresql":
+        schema_editor.execute(
+            'ALTER TABLE tslock_notification ALTER COLUMN name TYPE varchar(750) COLLATE "C"'
+        )
 
 
 def _columns(connection: Any) -> set[str]:
@@ -77,6 +101,11 @@ class Migration(migrations.Migration):
                 migrations.AddField(
                     model_name="job",
                     name="paused_at",
+                    field=models.DateTimeField(blank=True, null=True),
+                ),
+                migrations.AddField(
+                    model_name="job",
+                    name="resumed_at",
                     field=models.DateTimeField(blank=True, null=True),
                 ),
                 migrations.CreateModel(

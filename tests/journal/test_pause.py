@@ -280,9 +280,22 @@ def test_async_doors_skip_a_paused_job() -> None:
     ]
 
 
+def _note_run(path: str, seconds: float = 0.0) -> str:
+    """The body of the Celery task of the test below: notes that it ran."""
+    with open(path, "a") as file:
+        file.write("ran\n")
+    return "ran"
+
+
 def test_a_celery_task_skips_while_paused(sqlite_journal: str, tmp_path: Path) -> None:
     pytest.importorskip("celery", reason="celery is not installed (pip install --group test)")
-    from tests.jobs.celery_app import once
+    from celery import Celery
+
+    # An app of this test's own, in memory: tests/jobs/celery_app.py's app is configured
+    # for the Redis that tests/jobs/test_celery.py starts, and a backend made here first
+    # would stay with it in this process.
+    app = Celery("tests.journal.pause", broker="memory://", backend="cache+memory://")
+    once = app.task(name="tests.journal.pause.once")(locked_task("1m", "1m", name="celery-{path}")(_note_run))
 
     marker = tmp_path / "ran.txt"
     tslock("pause", f"celery-{marker}")

@@ -12,7 +12,6 @@ import hmac
 import json
 import logging
 import os
-import shutil
 import smtplib
 import socket
 import subprocess
@@ -28,7 +27,7 @@ import pytest
 from django.core import mail
 from django.test import override_settings
 
-from tests.conftest import CI
+from tests import test_async_http_tls
 from tslock_django.alerts import (
     ChannelError,
     EmailChannel,
@@ -59,6 +58,9 @@ WEBHOOK_QUERY = "token=query-token-31415926"
 #: Generous: the sends under test end at their 1 s timeout; this only tells "bounded"
 #: from "held for the server's 10 s or for ever".
 MARGIN = 3.0
+
+#: The self-signed certificate for 127.0.0.1 of the TLS tests of the stores.
+certificate = test_async_http_tls.certificate
 
 
 def notice(**changes: object) -> Notice:
@@ -284,22 +286,6 @@ def test_a_channel_called_from_a_running_event_loop_still_sends() -> None:
 
         asyncio.run(job_end())
     assert len(receiver.received) == 1
-
-
-@pytest.fixture
-def certificate(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (openssl is on every machine that runs
-    the suite with CI set; elsewhere its absence skips, saying so)."""
-    if shutil.which("openssl") is None and not CI:
-        pytest.skip("openssl is not installed (it makes the test's certificate; required when CI is set)")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
 
 
 def test_a_receiver_whose_certificate_is_not_trusted_is_not_sent_the_notice(

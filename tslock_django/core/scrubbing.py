@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit
@@ -212,14 +212,7 @@ def provider_secrets(configured: object, caches: object, hidden: re.Pattern[str]
         options = entry.get("OPTIONS") if isinstance(entry, Mapping) else None
         if not isinstance(options, Mapping):
             continue
-        declared = _declared_secret_options(entry.get("BACKEND"))
-        for key, value in options.items():
-            if not isinstance(value, str) or not value:
-                continue
-            if isinstance(key, str) and (key in declared or hidden.search(key)):
-                found.append(value)
-            if "://" in value:
-                found += url_passwords(value)
+        found += _option_secrets(entry.get("BACKEND"), options, hidden, url_passwords)
         cache = options.get("cache")
         if isinstance(cache, str) and isinstance(caches, Mapping) and isinstance(caches.get(cache), Mapping):
             found += cache_passwords(caches[cache])
@@ -240,14 +233,24 @@ def channel_secrets(configured: object, hidden: re.Pattern[str]) -> list[str]:
         options = entry.get("OPTIONS") if isinstance(entry, Mapping) else None
         if not isinstance(options, Mapping):
             continue
-        declared = _declared_secret_options(entry.get("BACKEND"))
-        for key, value in options.items():
-            if not isinstance(value, str) or not value:
-                continue
-            if isinstance(key, str) and (key in declared or hidden.search(key)):
-                found.append(value)
-            if "://" in value:
-                found += url_secrets(value)
+        found += _option_secrets(entry.get("BACKEND"), options, hidden, url_secrets)
+    return found
+
+
+def _option_secrets(
+    backend: object, options: Mapping[Any, Any], hidden: re.Pattern[str], of_url: Callable[[str], list[str]]
+) -> list[str]:
+    """The secrets among one entry's OPTIONS: the values whose names ``hidden`` matches or
+    that ``backend`` declares secret, and what ``of_url`` finds in each URL among them."""
+    found: list[str] = []
+    declared = _declared_secret_options(backend)
+    for key, value in options.items():
+        if not isinstance(value, str) or not value:
+            continue
+        if isinstance(key, str) and (key in declared or hidden.search(key)):
+            found.append(value)
+        if "://" in value:
+            found += of_url(value)
     return found
 
 
